@@ -1,0 +1,40 @@
+# `make demo` and `make test` work on a fresh machine with Python 3.11, git and make.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PLUGIN_PROJECTS := $(sort $(wildcard plugins/*/*/pyproject.toml))
+PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PROJECTS))
+TORCH := torch==2.13.0
+
+.PHONY: install demo test test-fast lint format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Core plus every plugin, editable. torch is pinned first: an unpinned torch pulls a multi-GB CUDA build.
+$(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[dev]' $(addprefix -e ,$(PLUGIN_DIRS))
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/python examples/babyai_demo.py
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check .
+
+format: install
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) runs .demo

@@ -1,0 +1,200 @@
+"""The `agentgym` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+USAGE_EXAMPLES = """examples:
+  agentgym train configs/babyai-grpo-scalinginter.yaml trainer.steps=200 algorithm.kl_coef=0.0
+  agentgym eval configs/babyai-eval.yaml model.path=runs/x/train/checkpoints/step-000200
+  agentgym plugins
+  agentgym model init --env babyai --out runs/models/babyai-tiny
+  agentgym data expert babyai --episodes 100 --out data/babyai-expert.json
+  agentgym ui runs/x
+"""
+
+
+def _host():
+    from agentgym_core.plugins import PluginHost
+
+    return PluginHost()
+
+
+def _load(config: str, overrides: Sequence[str], host):
+    from agentgym_core.config.load import load_config
+
+    return load_config(config, overrides, host.registry)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Run every stage of a config (a plain config is one train stage)."""
+    from agentgym_core.run.pipeline import run_pipeline
+
+    host = _host()
+    resolved = _load(args.config, args.overrides, host)
+    results = run_pipeline(resolved, host, show_progress=not args.no_progress)
+    for result in results:
+        print(f"stage {result.name} ({result.type}): {result.model} in {result.seconds:.0f} s")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate `model.path` on the eval split and print the table."""
+    from agentgym_core.run.pipeline import eval_table, run_eval_stage
+
+    host = _host()
+    resolved = _load(args.config, args.overrides, host)
+    metrics = run_eval_stage(resolved, host, Path(resolved.root.model.path))
+    print(eval_table(metrics, resolved.root.eval.k))
+    if args.json:
+        Path(args.json).write_text(json.dumps(metrics, indent=2))
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List every registered component with its distribution and version."""
+    from agentgym_core.tracking.console import format_table
+
+    host = _host()
+    rows = [
+        {"kind": r.kind, "name": r.name, "distribution": r.distribution, "version": r.version}
+        for r in host.registry.all()
+    ]
+    print(format_table(rows, ["kind", "name", "distribution", "version"]))
+    return 0
+
+
+def cmd_model_init(args: argparse.Namespace) -> int:
+    """Build a tiny model whose tokenizer is trained on an environment's own text."""
+    from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
+
+    host = _host()
+    env = _make_env(host, args.env, args.env_option)
+    try:
+        tasks = list(env.tasks("train"))[: args.tasks]
+        texts = env_corpus(env, tasks, max_turns=args.max_turns, seed=args.seed)
+    finally:
+        env.close()
+    config = TinyModelConfig(**_options(args.size))
+    out = init_model(texts, Path(args.out), config)
+    print(f"model written to {out}")
+    return 0
+
+
+def cmd_data_expert(args: argparse.Namespace) -> int:
+    """Write expert trajectories of an environment as AgentTraj JSON."""
+    from agentgym_core.data.expert import write_expert_dataset
+
+    host = _host()
+    env = _make_env(host, args.env, args.env_option)
+    try:
+        tasks = list(env.tasks(args.split))[: args.episodes]
+        summary = write_expert_dataset(
+            env, args.env, tasks, Path(args.out), max_turns=args.max_turns
+        )
+    finally:
+        env.close()
+    print(f"{summary['episodes']} episodes, success {summary['success_rate']:.2f} -> {args.out}")
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """Start the MLflow UI on a run's store."""
+    from agentgym_core.tracking.ui import ui_command
+
+    command = ui_command(args.path, port=args.port, host=args.host)
+    print(" ".join(command), flush=True)
+    os.execvp(command[0], command)
+    return 0  # pragma: no cover - exec does not return
+
+
+def _options(pairs: Sequence[str] | None) -> dict[str, object]:
+    import yaml
+
+    options: dict[str, object] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"expected key=value, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+def _make_env(host, name: str, pairs: Sequence[str] | None):
+    registration = host.registry.get("environment", name)
+    return registration.factory(registration.config.model_validate(_options(pairs)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="agentgym", epilog=USAGE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train (run every stage of a config)")
+    train.add_argument("config")
+    train.add_argument("overrides", nargs="*", help="key=value overrides")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=cmd_train)
+
+    evaluate = sub.add_parser("eval", help="evaluate model.path on the eval split")
+    evaluate.add_argument("config")
+    evaluate.add_argument("overrides", nargs="*", help="key=value overrides")
+    evaluate.add_argument("--json", help="also write the metrics to this JSON file")
+    evaluate.set_defaults(func=cmd_eval)
+
+    plugins = sub.add_parser("plugins", help="list installed environments, algorithms, ...")
+    plugins.set_defaults(func=cmd_plugins)
+
+    model = sub.add_parser("model", help="model utilities").add_subparsers(
+        dest="action", required=True
+    )
+    init = model.add_parser("init", help="build a tiny model with a tokenizer trained on env text")
+    init.add_argument("--env", required=True)
+    init.add_argument("--env-option", action="append", help="env config key=value")
+    init.add_argument("--size", action="append", help="TinyModelConfig key=value")
+    init.add_argument("--out", required=True)
+    init.add_argument("--tasks", type=int, default=400, help="train tasks played for the corpus")
+    init.add_argument("--max-turns", type=int, default=8)
+    init.add_argument("--seed", type=int, default=0)
+    init.set_defaults(func=cmd_model_init)
+
+    data = sub.add_parser("data", help="datasets").add_subparsers(dest="action", required=True)
+    expert = data.add_parser("expert", help="expert trajectories as AgentTraj JSON")
+    expert.add_argument("env")
+    expert.add_argument("--episodes", type=int, default=100)
+    expert.add_argument("--split", default="train")
+    expert.add_argument("--max-turns", type=int, default=64)
+    expert.add_argument("--env-option", action="append", help="env config key=value")
+    expert.add_argument("--out", required=True)
+    expert.set_defaults(func=cmd_data_expert)
+
+    ui = sub.add_parser("ui", help="MLflow UI on a run's store")
+    ui.add_argument("path", nargs="?", default="runs")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.set_defaults(func=cmd_ui)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `agentgym` console script."""
+    from agentgym_core.config.errors import ConfigError
+    from agentgym_core.registry import RegistryError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, RegistryError, FileNotFoundError) as error:
+        print(f"agentgym: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

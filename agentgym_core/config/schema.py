@@ -1,0 +1,258 @@
+"""The root config model: one pydantic block per top-level YAML key.
+
+Component blocks (`env`, `policy`, `algorithm`, `scheduler`) only hold a
+`name` here; their other keys belong to the plugin and are validated against
+the model it registered (see `agentgym_core.config.resolve`). Field
+descriptions are the reference users read, so keep them exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+COMPONENT_KINDS = {
+    "env": "environment",
+    "policy": "policy",
+    "algorithm": "algorithm",
+    "scheduler": "scheduler",
+}
+"""Config block -> registry kind of the component it names."""
+
+
+class _Block(BaseModel):
+    """Base of every fixed block: unknown keys are errors, defaults are validated too."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ComponentBlock(BaseModel):
+    """A registered component: its `name` plus that plugin's own options."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, description="Registered name of the plugin component.")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Every key but `name`, as written (validated later by the plugin's model)."""
+        return dict(self.model_extra or {})
+
+
+class RunConfig(_Block):
+    """Identity of the run and where it writes."""
+
+    name: str = Field("agentgym", min_length=1, description="Run name (MLflow run, folders).")
+    output_dir: str | None = Field(
+        None,
+        min_length=1,
+        description="Folder for checkpoints, logs and the resolved config; null: runs/<name>.",
+    )
+    seed: int = Field(0, ge=0, description="Seed of task sampling, generation and init.")
+
+    @model_validator(mode="after")
+    def _default_output_dir(self) -> RunConfig:
+        if self.output_dir is None:
+            self.output_dir = f"runs/{self.name}"
+        return self
+
+
+class ModelConfig(_Block):
+    """The language model being trained or evaluated."""
+
+    path: str = Field(
+        min_length=1, description="Hugging Face checkpoint folder (or hub id where reachable)."
+    )
+    tokenizer_path: str | None = Field(
+        None, min_length=1, description="Tokenizer folder when it differs from `path`."
+    )
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="Weights dtype; `auto` keeps the checkpoint's."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Allow the checkpoint's own modeling code (runs code from the folder)."
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass to save memory."
+    )
+
+
+class RolloutConfig(_Block):
+    """How episodes are played to collect training data."""
+
+    concurrency: int = Field(64, gt=0, description="Most episodes in flight at once.")
+    env_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds an env call may take before the episode is env_error."
+    )
+    max_context_tokens: int = Field(
+        1024, gt=0, description="Token budget of one episode (prompt, actions, observations)."
+    )
+    max_new_tokens: int = Field(16, gt=0, description="Most tokens sampled in one agent turn.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
+    constrained: bool = Field(
+        True, description="Restrict decoding to the env's valid actions where it lists them."
+    )
+    env_threads: int = Field(
+        8, gt=0, description="Threads running environment calls (sync envs run off the event loop)."
+    )
+
+    @model_validator(mode="after")
+    def _turn_fits(self) -> RolloutConfig:
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ValueError(
+                f"max_new_tokens ({self.max_new_tokens}) must be below "
+                f"max_context_tokens ({self.max_context_tokens})"
+            )
+        return self
+
+
+class TrainerConfig(_Block):
+    """The update loop: batch shape, optimizer, checkpoints."""
+
+    steps: int = Field(100, gt=0, description="Number of updates.")
+    tasks_per_step: int = Field(8, gt=0, description="Distinct tasks sampled per update.")
+    group_size: int = Field(
+        8, gt=0, description="Episodes per task per update (GRPO/RLOO groups need > 1)."
+    )
+    lr: float = Field(1e-4, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Learning-rate decay after warmup, to 0 at the last step."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Updates of linear warmup from 0 to `lr`.")
+    epochs: int = Field(1, gt=0, description="Passes over each step's trajectories (PPO epochs).")
+    mini_batches: int = Field(
+        1, gt=0, description="Optimizer steps per epoch; trajectories are split evenly."
+    )
+    micro_batch_tokens: int = Field(
+        8192, gt=0, description="Packed tokens per forward pass (gradient accumulation unit)."
+    )
+    row_tokens: int = Field(
+        1024, gt=0, description="Width of a packed row; longer trajectories get a row of their own."
+    )
+    max_grad_norm: float | None = Field(
+        1.0, gt=0, description="Gradient clipping norm; null: no clipping."
+    )
+    checkpoint_every: int = Field(
+        50, ge=0, description="Save a checkpoint every N updates and at the end; 0: only at end."
+    )
+    keep_checkpoints: int | None = Field(
+        None, gt=0, description="Keep only the newest N checkpoints; null: keep all."
+    )
+    eval_every: int = Field(0, ge=0, description="Evaluate every N updates; 0: never mid-run.")
+    resume: bool = Field(
+        True, description="Continue from the newest checkpoint in run.output_dir if any."
+    )
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> TrainerConfig:
+        episodes = self.tasks_per_step * self.group_size
+        if self.mini_batches > episodes:
+            raise ValueError(
+                f"mini_batches ({self.mini_batches}) exceeds the episodes per update "
+                f"(tasks_per_step * group_size = {episodes})"
+            )
+        return self
+
+
+class EvalConfig(_Block):
+    """Evaluation on a held-out split, reporting Avg@k and Pass@k."""
+
+    split: str = Field("test", min_length=1, description="Task split to evaluate.")
+    num_tasks: int | None = Field(None, gt=0, description="First N tasks of the split; null: all.")
+    k: int = Field(1, gt=0, description="Samples per task (Avg@k, Pass@k).")
+    max_turns: int | None = Field(
+        None, gt=0, description="Turn limit; null: the scheduler's horizon at the last step."
+    )
+    greedy: bool = Field(False, description="Greedy decoding instead of sampling.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature when not greedy.")
+
+
+class TrackingConfig(_Block):
+    """Where metrics and trajectories go (MLflow)."""
+
+    uri: str | None = Field(
+        None, description="MLflow tracking URI; null: a SQLite store in run.output_dir."
+    )
+    experiment: str = Field("agentgym", min_length=1, description="MLflow experiment name.")
+    log_trajectories: int = Field(
+        8, ge=0, description="Trajectories logged per update and evaluation; 0: none."
+    )
+    traces: bool = Field(True, description="Also log trajectories as MLflow traces.")
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Extra MLflow tags set on the run."
+    )
+
+
+class StageConfig(_Block):
+    """One step of a pipeline: partial overrides of the top-level blocks."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="Stage name; also the stage's sub-folder of run.output_dir.",
+    )
+    type: Literal["train", "eval"] = Field(description="Train (then save) or only evaluate.")
+    run: dict[str, Any] | None = Field(None, description="Overrides of `run`.")
+    model: dict[str, Any] | None = Field(None, description="Overrides of `model`.")
+    env: dict[str, Any] | None = Field(None, description="Overrides of `env`.")
+    policy: dict[str, Any] | None = Field(None, description="Overrides of `policy`.")
+    algorithm: dict[str, Any] | None = Field(None, description="Overrides of `algorithm`.")
+    scheduler: dict[str, Any] | None = Field(None, description="Overrides of `scheduler`.")
+    rollout: dict[str, Any] | None = Field(None, description="Overrides of `rollout`.")
+    trainer: dict[str, Any] | None = Field(None, description="Overrides of `trainer`.")
+    eval: dict[str, Any] | None = Field(None, description="Overrides of `eval`.")
+    tracking: dict[str, Any] | None = Field(None, description="Overrides of `tracking`.")
+
+    def overrides(self) -> dict[str, dict[str, Any]]:
+        """The blocks this stage changes, keyed by block name."""
+        skip = {"name", "type"}
+        return {k: v for k, v in self if k not in skip and v is not None}
+
+
+class AgentGymConfig(_Block):
+    """A whole run (or pipeline of stages): the root of every config file."""
+
+    run: RunConfig = Field(default_factory=RunConfig, description="Name, output folder, seed.")
+    model: ModelConfig = Field(description="The model to train or evaluate.")
+    env: ComponentBlock = Field(description="Environment plugin and its options.")
+    policy: ComponentBlock = Field(
+        default_factory=lambda: ComponentBlock(name="hf"),
+        description="Generation backend plugin and its options.",
+    )
+    algorithm: ComponentBlock | None = Field(
+        None, description="Training algorithm plugin and its options; train stages need one."
+    )
+    scheduler: ComponentBlock | None = Field(
+        None,
+        description="Horizon scheduler plugin (turn limit per update) and its options; "
+        "train stages need one, evaluation may use eval.max_turns instead.",
+    )
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Episode play.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Update loop.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow.")
+    stages: list[StageConfig] | None = Field(
+        None, description="Pipeline stages run in order; null: one `train` stage."
+    )
+
+    @field_validator("stages")
+    @classmethod
+    def _unique_stage_names(cls, stages: list[StageConfig] | None) -> list[StageConfig] | None:
+        names = [s.name for s in stages or []]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"stage names must be unique; used more than once: {twice}")
+        return stages
+
+
+def schema_defaults() -> dict[str, Any]:
+    """Plain defaults of every block that has them, so `${}` can refer to unwritten keys."""
+    out: dict[str, Any] = {}
+    for name, field in AgentGymConfig.model_fields.items():
+        if field.is_required() or name == "stages":
+            continue
+        value = field.get_default(call_default_factory=True)
+        out[name] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    out["run"]["output_dir"] = "runs/${run.name}"
+    return out

@@ -1,0 +1,1 @@
+"""Datasets: expert trajectories and the AgentTraj format."""

@@ -1,0 +1,1 @@
+"""Evaluation metrics: success rate, reward, Avg@k and Pass@k over trajectories."""

@@ -1,0 +1,133 @@
+"""Every hook a plugin may implement.
+
+Hooks register and observe; they are never on the hot path. A plugin is a
+module listed in the `agentgym` entry-point group that implements some of
+these with `@agentgym_core.hookimpl`. Unknown `agentgym_*` hooks fail loudly
+when plugins load (`check_pending`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pluggy
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from agentgym_core.types import TrajectoryBatch
+
+hookspec = pluggy.HookspecMarker("agentgym")
+
+
+class Register(Protocol):
+    """The callable a registration hook receives."""
+
+    def __call__(self, name: str, factory: Any, *, config: type[BaseModel]) -> None:
+        """Register `factory` under `name`; `config` validates the component's config block."""
+        ...
+
+
+# ---------------------------------------------------------------------------
+# Registration: called once when the plugin manager is created
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def agentgym_register_environments(register: Register) -> None:
+    """Register environments.
+
+    Called once per plugin when the plugin facade is created.
+
+    Args:
+        register: call `register(name, factory, config=Model)`. `factory(config)`
+            receives the validated `Model` instance and returns a new object
+            satisfying `agentgym_core.interfaces.Environment`, one per episode slot.
+    """
+
+
+@hookspec
+def agentgym_register_policies(register: Register) -> None:
+    """Register generation backends.
+
+    Called once per plugin when the plugin facade is created.
+
+    Args:
+        register: call `register(name, factory, config=Model)`.
+            `factory(config, model=..., tokenizer=...)` receives the validated
+            config, the learner's model (or None at evaluation of a path) and
+            tokenizer, and returns an `agentgym_core.interfaces.Policy`.
+    """
+
+
+@hookspec
+def agentgym_register_algorithms(register: Register) -> None:
+    """Register training algorithms.
+
+    Called once per plugin when the plugin facade is created.
+
+    Args:
+        register: call `register(name, factory, config=Model)`. `factory(config)`
+            returns an `agentgym_core.interfaces.Algorithm`.
+    """
+
+
+@hookspec
+def agentgym_register_schedulers(register: Register) -> None:
+    """Register horizon schedulers.
+
+    Called once per plugin when the plugin facade is created.
+
+    Args:
+        register: call `register(name, factory, config=Model)`. `factory(config)`
+            returns an `agentgym_core.interfaces.HorizonScheduler`.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Lifecycle: observe a run (trackers, user callbacks). Return values are ignored.
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def agentgym_after_rollout(step: int, batch: TrajectoryBatch, metrics: Mapping[str, float]) -> None:
+    """Observe the rollouts of one update, before advantages are computed.
+
+    Args:
+        step: the 0-based update step the rollouts are for.
+        batch: every trajectory of the step, env errors included.
+        metrics: rollout metrics (success rate, reward, turns, termination counts).
+    """
+
+
+@hookspec
+def agentgym_after_update(step: int, metrics: Mapping[str, float]) -> None:
+    """Observe the end of one update.
+
+    Args:
+        step: the 0-based update step just finished.
+        metrics: every metric of the step (rollout, loss, KL, entropy, speed).
+    """
+
+
+@hookspec
+def agentgym_after_evaluation(step: int, split: str, metrics: Mapping[str, float]) -> None:
+    """Observe an evaluation.
+
+    Args:
+        step: the update step the evaluated weights come from.
+        split: the task split evaluated (`"test"` usually).
+        metrics: success rate, mean reward, Avg@k and Pass@k, per group too.
+    """
+
+
+@hookspec
+def agentgym_on_checkpoint(step: int, path: Path) -> None:
+    """Observe a checkpoint written to disk.
+
+    Args:
+        step: the number of updates the checkpoint contains.
+        path: the checkpoint folder (Hugging Face format plus `trainer_state.pt`).
+    """

@@ -1,0 +1,61 @@
+"""Decoding restricted to a list of allowed actions, and the same restriction for the learner.
+
+Each allowed action is a token sequence ending in the stop token. At every
+position the sampler may only pick a token that keeps the prefix on one of
+those sequences; the set of such tokens is recorded with the sample, so that
+the learner renormalizes over exactly the same set when it recomputes
+log-probabilities and the importance ratio stays exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class ActionConstraint:
+    """Prefix matcher over the token sequences of the allowed actions."""
+
+    def __init__(self, actions: Sequence[str], sequences: Sequence[Sequence[int]]) -> None:
+        if not actions:
+            raise ValueError("constrained decoding needs at least one allowed action")
+        self.actions = list(actions)
+        self.sequences = [tuple(s) for s in sequences]
+        self.prefix: list[int] = []
+
+    def allowed(self) -> tuple[int, ...]:
+        """Token ids that continue the current prefix on some allowed sequence, sorted."""
+        n = len(self.prefix)
+        prefix = tuple(self.prefix)
+        options = {s[n] for s in self.sequences if len(s) > n and s[:n] == prefix}
+        return tuple(sorted(options))
+
+    def advance(self, token_id: int) -> None:
+        """Record a sampled token."""
+        self.prefix.append(int(token_id))
+
+    @property
+    def complete(self) -> bool:
+        """True once the prefix equals one whole allowed sequence."""
+        return tuple(self.prefix) in self.sequences
+
+    def matched_action(self) -> str:
+        """The action whose tokens were sampled (valid once complete)."""
+        return self.actions[self.sequences.index(tuple(self.prefix))]
+
+
+def apply_allowed_mask(
+    logits: torch.Tensor, rows: Sequence[int], allowed: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """Set logits outside the allowed ids to -inf on the given rows of a [N, V] tensor."""
+    if not rows:
+        return logits
+    keep = torch.zeros(len(rows), logits.shape[-1], dtype=torch.bool, device=logits.device)
+    for i, ids in enumerate(allowed):
+        keep[i, list(ids)] = True
+    index = torch.as_tensor(list(rows), device=logits.device)
+    masked = logits[index].masked_fill(~keep, float("-inf"))
+    logits = logits.clone()
+    logits[index] = masked
+    return logits

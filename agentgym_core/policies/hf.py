@@ -1,0 +1,230 @@
+"""The built-in `hf` policy: transformers generation that batches concurrent episodes.
+
+Each live episode awaits `generate`; a single server task collects every
+request pending at that moment into one batch, runs a left-padded prefill and
+a KV-cached decode loop in a worker thread (so environments keep stepping),
+then answers all of them. Sampling uses per-request seeds (Gumbel-max), so the
+sample does not depend on how requests happened to be batched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import DynamicCache
+
+from agentgym_core.interfaces import SamplingParams
+from agentgym_core.policies.constraints import ActionConstraint, apply_allowed_mask
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.types import Generation
+
+
+class HFPolicyConfig(BaseModel):
+    """Options of the `hf` policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch_size: int = Field(64, gt=0, description="Most requests generated together.")
+    seed: int = Field(0, description="Seed for requests that carry no seed of their own.")
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    constraint: ActionConstraint | None
+    future: asyncio.Future
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    allowed: list[tuple[int, ...] | None] = field(default_factory=list)
+    done: bool = False
+
+
+class HFPolicy:
+    """Generation with a transformers causal LM, shared with the learner on one device."""
+
+    def __init__(self, config: HFPolicyConfig, *, model: Any, tokenizer: Any) -> None:
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._rng = random.Random(config.seed)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-gen")
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._server: asyncio.Task | None = None
+        self._action_cache: dict[str, tuple[int, ...]] = {}
+        self.batch_sizes: list[int] = []
+        """Size of every batch generated, for throughput reports."""
+
+    # -- public protocol -------------------------------------------------------
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        allowed_actions: Sequence[str] | None = None,
+    ) -> Generation:
+        """Queue one request and wait for its batch to finish."""
+        loop = asyncio.get_running_loop()
+        self._ensure_server(loop)
+        constraint = None
+        if allowed_actions is not None:
+            actions = list(dict.fromkeys(allowed_actions))
+            constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
+            longest = max(len(seq) for seq in constraint.sequences)
+            params = dataclasses.replace(params, max_new_tokens=max(params.max_new_tokens, longest))
+        request = _Request(list(prompt_ids), params, constraint, loop.create_future())
+        assert self._queue is not None
+        self._queue.put_nowait(request)
+        return await request.future
+
+    def sync_weights(self, model: Any) -> None:
+        """Nothing to copy when the learner's model object is shared; else load its state."""
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
+
+    def close(self) -> None:
+        """Stop the server task and the generation thread."""
+        if self._server is not None and not self._server.done():
+            self._server.cancel()
+        self._server = None
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- batching ----------------------------------------------------------------
+
+    def _action_tokens(self, action: str) -> tuple[int, ...]:
+        if action not in self._action_cache:
+            self._action_cache[action] = tuple(self.chat.action_ids(action))
+        return self._action_cache[action]
+
+    def _ensure_server(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._server is not None and not self._server.done() and self._server.get_loop() is loop:
+            return
+        self._queue = asyncio.Queue()
+        self._server = loop.create_task(self._serve())
+
+    async def _serve(self) -> None:
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            await asyncio.sleep(0)  # a yield, not a delay: lets just-woken episodes enqueue
+            while not self._queue.empty() and len(batch) < self.config.max_batch_size:
+                batch.append(self._queue.get_nowait())
+            try:
+                await loop.run_in_executor(self._executor, self._generate_batch, batch)
+            except Exception as error:  # noqa: BLE001 - forwarded to every waiting episode
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(error)
+                continue
+            for request in batch:
+                if not request.future.done():
+                    request.future.set_result(self._result(request))
+
+    def _result(self, request: _Request) -> Generation:
+        if request.constraint is not None and request.constraint.complete:
+            text = request.constraint.matched_action()
+        else:
+            text = self.chat.decode_action(request.tokens)
+        return Generation(
+            token_ids=request.tokens,
+            logprobs=request.logprobs,
+            text=text,
+            allowed=request.allowed,
+            finished=request.done,
+        )
+
+    # -- the model -----------------------------------------------------------------
+
+    @torch.no_grad()
+    def _generate_batch(self, batch: list[_Request]) -> None:
+        self.batch_sizes.append(len(batch))
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            self._decode(batch, device)
+        finally:
+            self.model.train(was_training)
+
+    def _decode(self, batch: list[_Request], device: torch.device) -> None:
+        width = max(len(r.prompt) for r in batch)
+        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, request in enumerate(batch):
+            ids[row, width - len(request.prompt) :] = torch.tensor(request.prompt)
+            attention[row, width - len(request.prompt) :] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        generators = [self._generator(r.params) for r in batch]
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        last_position = positions[:, -1:]
+        for _ in range(max(r.params.max_new_tokens for r in batch)):
+            next_ids = self._sample(batch, out.logits[:, -1, :].float(), generators)
+            if all(r.done for r in batch):
+                break
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            last_position = last_position + 1
+            out = self.model(
+                input_ids=next_ids.to(device).unsqueeze(1),
+                attention_mask=attention,
+                position_ids=last_position,
+                past_key_values=out.past_key_values,
+                use_cache=True,
+            )
+
+    def _generator(self, params: SamplingParams) -> torch.Generator:
+        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        return torch.Generator().manual_seed(seed)
+
+    def _sample(
+        self, batch: list[_Request], logits: torch.Tensor, generators: list[torch.Generator]
+    ) -> torch.Tensor:
+        logits = logits.cpu()
+        temps = torch.tensor([max(r.params.temperature, 1e-6) for r in batch]).unsqueeze(1)
+        logits = logits / temps
+        rows, allowed = [], []
+        for row, request in enumerate(batch):
+            if request.constraint is not None and not request.done:
+                rows.append(row)
+                allowed.append(request.constraint.allowed())
+        logprobs = torch.log_softmax(apply_allowed_mask(logits, rows, allowed), dim=-1)
+        allowed_by_row = dict(zip(rows, allowed, strict=True))
+        next_ids = torch.full((len(batch),), self.pad_id, dtype=torch.long)
+        for row, request in enumerate(batch):
+            if request.done:
+                continue
+            scores = logprobs[row]
+            if not request.params.greedy:
+                uniform = torch.rand(scores.shape, generator=generators[row]).clamp_(1e-20, 1.0)
+                scores = scores - torch.log(-torch.log(uniform))
+            token = int(torch.argmax(scores))
+            next_ids[row] = token
+            request.tokens.append(token)
+            request.logprobs.append(float(logprobs[row, token]))
+            request.allowed.append(allowed_by_row.get(row))
+            if request.constraint is not None:
+                request.constraint.advance(token)
+                request.done = request.constraint.complete
+            else:
+                request.done = token in self.chat.stop_ids
+            if len(request.tokens) >= request.params.max_new_tokens:
+                request.done = True
+        return next_ids

@@ -1,0 +1,1 @@
+"""Running stages: training, evaluation and pipelines of both."""

@@ -1,0 +1,88 @@
+"""Checkpoints: Hugging Face weights plus everything needed to continue exactly.
+
+A checkpoint folder `step-000120/` holds the model and tokenizer as
+`save_pretrained` writes them (any tool can load it) and `trainer_state.pt`
+with the step, optimizer state, RNG states and the metrics history. It is
+written to a temporary folder and renamed, so a crash never leaves half a
+checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STATE_FILE = "trainer_state.pt"
+
+
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    """Folder of the checkpoint taken after `step` updates."""
+    return output_dir / "checkpoints" / f"step-{step:06d}"
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete checkpoint under `output_dir`, if any."""
+    root = output_dir / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
+    return done[-1] if done else None
+
+
+def save_checkpoint(
+    output_dir: Path,
+    step: int,
+    *,
+    model: Any,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    history: list[dict[str, float]],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint atomically and return its folder."""
+    final = checkpoint_dir(output_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    state = {
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "history": history,
+        "rng": {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+        },
+        "extra": extra or {},
+    }
+    torch.save(state, tmp / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    """Read `trainer_state.pt` and restore the global RNG states it holds."""
+    state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    torch.set_rng_state(state["rng"]["torch"])
+    return state
+
+
+def prune_checkpoints(output_dir: Path, keep: int | None) -> None:
+    """Delete all but the newest `keep` complete checkpoints (None keeps all)."""
+    if keep is None:
+        return
+    done = sorted(
+        p for p in (output_dir / "checkpoints").glob("step-*") if (p / STATE_FILE).is_file()
+    )
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)

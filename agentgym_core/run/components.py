@@ -1,0 +1,87 @@
+"""Build the objects of a run from a resolved config and the plugin registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentgym_core.interfaces import Environment, HorizonScheduler, Policy
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_model(
+    path: str | Path,
+    dtype: str = "float32",
+    *,
+    tokenizer_path: str | Path | None = None,
+    trust_remote_code: bool = False,
+    gradient_checkpointing: bool = False,
+) -> tuple[Any, Any]:
+    """A causal LM and its tokenizer from a local folder (Hugging Face format)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"model.path: no model folder at {folder}; build one with `agentgym model init` "
+            "or point model.path at a Hugging Face checkpoint folder"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer_path or folder, trust_remote_code=trust_remote_code
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        folder,
+        dtype="auto" if dtype == "auto" else DTYPES[dtype],
+        trust_remote_code=trust_remote_code,
+    )
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return model, tokenizer
+
+
+def load_configured_model(model_block: Any, path: str | Path | None = None) -> tuple[Any, Any]:
+    """`load_model` with the options of the `model` config block (weights from `path` if given)."""
+    return load_model(
+        path or model_block.path,
+        model_block.dtype,
+        tokenizer_path=None if path else model_block.tokenizer_path,
+        trust_remote_code=model_block.trust_remote_code,
+        gradient_checkpointing=model_block.gradient_checkpointing,
+    )
+
+
+@dataclass
+class Components:
+    """The plugin-provided parts of a run."""
+
+    env_factory: Callable[[], Environment]
+    scheduler: HorizonScheduler
+    algorithm: Any
+    policy_factory: Callable[..., Policy]
+
+
+def build_components(resolved: Any) -> Components:
+    """Instantiate scheduler and algorithm; return factories for envs and the policy."""
+    env_reg, env_cfg = resolved.components["env"]
+    sched_reg, sched_cfg = resolved.components["scheduler"]
+    algo_reg, algo_cfg = resolved.components["algorithm"]
+    policy_reg, policy_cfg = resolved.components["policy"]
+
+    def env_factory() -> Environment:
+        return env_reg.factory(env_cfg)
+
+    def policy_factory(model: Any, tokenizer: Any) -> Policy:
+        return policy_reg.factory(policy_cfg, model=model, tokenizer=tokenizer)
+
+    return Components(
+        env_factory=env_factory,
+        scheduler=sched_reg.factory(sched_cfg),
+        algorithm=algo_reg.factory(algo_cfg),
+        policy_factory=policy_factory,
+    )

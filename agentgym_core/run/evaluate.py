@@ -1,0 +1,86 @@
+"""Evaluation: play a split k times per task and report success, reward, Avg@k and Pass@k."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym_core.evaluation.metrics import summarize
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.types import Trajectory
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What to evaluate and how to sample."""
+
+    split: str = "test"
+    num_tasks: int | None = None
+    k: int = 1
+    max_turns: int = 10
+    greedy: bool = False
+    temperature: float = 1.0
+    seed: int = 0
+
+
+def evaluation_tasks(env_factory: Any, split: str, num_tasks: int | None) -> list[int]:
+    """The first `num_tasks` ids of a split (all of it when None)."""
+    env = env_factory()
+    try:
+        tasks = list(env.tasks(split))
+    finally:
+        env.close()
+    return tasks if num_tasks is None else tasks[:num_tasks]
+
+
+def run_evaluation(
+    engine: RolloutEngine,
+    tasks: list[int],
+    settings: EvalSettings,
+    rollout: RolloutSettings,
+) -> tuple[dict[str, float], list[Trajectory]]:
+    """Play every task `k` times; returns the summary metrics and the trajectories."""
+    episodes = [
+        EpisodeSpec(task_id=task, group=index, sample=sample)
+        for index, task in enumerate(tasks)
+        for sample in range(settings.k)
+    ]
+    play = RolloutSettings(
+        max_turns=settings.max_turns,
+        max_context_tokens=rollout.max_context_tokens,
+        max_new_tokens=rollout.max_new_tokens,
+        temperature=settings.temperature,
+        greedy=settings.greedy,
+        constrained=rollout.constrained,
+        env_timeout_s=rollout.env_timeout_s,
+        concurrency=rollout.concurrency,
+        seed=settings.seed + 7_919,
+    )
+    trajectories = engine.run(episodes, play)
+    return summarize(trajectories, settings.k), trajectories
+
+
+def evaluate_model(
+    model: Any,
+    tokenizer: Any,
+    components: Any,
+    settings: EvalSettings,
+    rollout: RolloutSettings,
+    *,
+    env_threads: int = 8,
+) -> tuple[dict[str, float], list[Trajectory]]:
+    """Evaluate a loaded model with a fresh engine (for `agentgym eval` and pipelines)."""
+    policy = components.policy_factory(model, tokenizer)
+    engine = RolloutEngine(
+        components.env_factory,
+        policy,
+        ChatFormat(tokenizer, getattr(model, "generation_config", None)),
+        env_threads=env_threads,
+    )
+    try:
+        tasks = evaluation_tasks(components.env_factory, settings.split, settings.num_tasks)
+        return run_evaluation(engine, tasks, settings, rollout)
+    finally:
+        engine.close()
+        policy.close()

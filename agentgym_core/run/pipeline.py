@@ -1,0 +1,119 @@
+"""Run a config's stages in order, each starting from the previous stage's weights."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentgym_core.config.stages import expand_stages
+from agentgym_core.plugins import PluginHost
+from agentgym_core.rollout.engine import RolloutSettings
+from agentgym_core.run.components import build_components, load_configured_model
+from agentgym_core.run.evaluate import evaluate_model
+from agentgym_core.run.train import TrainStage, eval_settings
+from agentgym_core.tracking.console import format_table
+from agentgym_core.tracking.mlflow_tracker import MlflowTracker, sqlite_uri
+
+
+@dataclass
+class StageResult:
+    """What one stage produced."""
+
+    name: str
+    type: str
+    model: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _tracker(resolved: Any, stage_name: str, store_dir: Path) -> MlflowTracker:
+    """One MLflow run per stage, all in the pipeline's store (`<output_dir>/mlflow.db`)."""
+    root = resolved.root
+    run_dir = Path(root.run.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    id_file = run_dir / "mlflow_run_id"
+    return MlflowTracker(
+        run_dir,
+        uri=root.tracking.uri or sqlite_uri(store_dir / "mlflow.db"),
+        experiment=root.tracking.experiment,
+        run_name=f"{root.run.name}/{stage_name}",
+        params=resolved.to_dict(),
+        log_trajectories=root.tracking.log_trajectories,
+        traces=root.tracking.traces,
+        resume_run_id=id_file.read_text().strip() if id_file.is_file() else None,
+    )
+
+
+def run_eval_stage(resolved: Any, host: PluginHost, model_path: Path, *, step: int = 0) -> dict:
+    """Evaluate the weights at `model_path` on the configured split."""
+    root = resolved.root
+    components = build_components(resolved)
+    settings = eval_settings(root, components, steps=root.trainer.steps)
+    model, tokenizer = load_configured_model(root.model, model_path)
+    rollout = RolloutSettings(
+        max_turns=settings.max_turns,
+        max_context_tokens=root.rollout.max_context_tokens,
+        max_new_tokens=root.rollout.max_new_tokens,
+        constrained=root.rollout.constrained,
+        env_timeout_s=root.rollout.env_timeout_s,
+        concurrency=root.rollout.concurrency,
+    )
+    metrics, trajectories = evaluate_model(
+        model, tokenizer, components, settings, rollout, env_threads=root.rollout.env_threads
+    )
+    host.after_evaluation(step, settings.split, metrics)
+    return metrics
+
+
+def eval_table(metrics: dict[str, float], k: int) -> str:
+    """Overall and per-group results as a text table."""
+    groups = sorted({key.split("/")[1] for key in metrics if key.startswith("group/")})
+    columns = ["group", "success_rate", "mean_reward", f"avg@{k}", f"pass@{k}"]
+    rows = [{"group": "all", **{c: metrics.get(c, 0.0) for c in columns[1:]}}]
+    for group in groups:
+        rows.append(
+            {"group": group, **{c: metrics.get(f"group/{group}/{c}", 0.0) for c in columns[1:]}}
+        )
+    return format_table(rows, columns)
+
+
+def run_pipeline(
+    resolved: Any, host: PluginHost, *, show_progress: bool = True
+) -> list[StageResult]:
+    """Run every stage; a train stage's final checkpoint feeds the next stage."""
+    model_path = Path(resolved.root.model.path)
+    store_dir = Path(resolved.root.run.output_dir)
+    store_dir.mkdir(parents=True, exist_ok=True)
+    results: list[StageResult] = []
+    for stage in expand_stages(resolved):
+        start = time.perf_counter()
+        Path(stage.config.root.run.output_dir).mkdir(parents=True, exist_ok=True)
+        stage.config.save(Path(stage.config.root.run.output_dir) / "config.yaml")
+        tracker = _tracker(stage.config, stage.name, store_dir)
+        host.pm.register(tracker, name=f"mlflow-{stage.name}")
+        try:
+            if stage.type == "train":
+                trained = TrainStage(stage.config, host, start_model=model_path).run(
+                    show_progress=show_progress
+                )
+                model_path = trained.checkpoint
+                metrics = trained.history[-1] if trained.history else {}
+            else:
+                metrics = run_eval_stage(stage.config, host, model_path)
+                print(
+                    f"[{stage.name}] {model_path}\n{eval_table(metrics, stage.config.root.eval.k)}"
+                )
+            tracker.close("FINISHED")
+        except BaseException:
+            tracker.close("FAILED")
+            raise
+        finally:
+            host.pm.unregister(tracker)
+        results.append(
+            StageResult(
+                stage.name, stage.type, model_path, dict(metrics), time.perf_counter() - start
+            )
+        )
+    return results

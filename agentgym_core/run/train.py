@@ -1,0 +1,207 @@
+"""One online training stage: rollouts, advantages, update, tracking, checkpoints.
+
+Every random choice of step t derives from (run.seed, t), and the learner's
+shuffle state, optimizer and RNGs are checkpointed, so a run resumed from the
+checkpoint of step t continues exactly as the uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym_core.learner.learner import Learner, LearnerSettings
+from agentgym_core.plugins import PluginHost
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.run.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from agentgym_core.run.components import Components, build_components, load_configured_model
+from agentgym_core.run.evaluate import EvalSettings, evaluation_tasks, run_evaluation
+from agentgym_core.run.metrics import rollout_metrics
+from agentgym_core.tracking.console import ProgressBar
+from agentgym_core.types import TrajectoryBatch
+
+
+@dataclass
+class TrainResult:
+    """Where a training stage left its weights, and its metrics."""
+
+    checkpoint: Path
+    history: list[dict[str, float]]
+    resumed_from: int
+
+
+def rollout_settings(root: Any, *, max_turns: int, seed: int) -> RolloutSettings:
+    """Rollout settings of one step from the `rollout` config block."""
+    block = root.rollout
+    return RolloutSettings(
+        max_turns=max_turns,
+        max_context_tokens=block.max_context_tokens,
+        max_new_tokens=block.max_new_tokens,
+        temperature=block.temperature,
+        constrained=block.constrained,
+        env_timeout_s=block.env_timeout_s,
+        concurrency=block.concurrency,
+        seed=seed,
+    )
+
+
+def step_seed(run_seed: int, step: int) -> int:
+    """Seed of everything random in update `step`."""
+    return run_seed * 1_000_003 + step
+
+
+def sample_tasks(train_tasks: list[int], count: int, seed: int) -> list[int]:
+    """Tasks of one step, without replacement where possible."""
+    rng = random.Random(seed)
+    if count <= len(train_tasks):
+        return rng.sample(train_tasks, count)
+    return [rng.choice(train_tasks) for _ in range(count)]
+
+
+class TrainStage:
+    """Runs one `train` stage of a resolved config."""
+
+    def __init__(self, resolved: Any, host: PluginHost, *, start_model: str | Path | None = None):
+        self.resolved = resolved
+        self.root = resolved.root
+        self.host = host
+        self.output_dir = Path(self.root.run.output_dir)
+        self.start_model = Path(start_model or self.root.model.path)
+        self.components: Components = build_components(resolved)
+
+    def run(self, *, show_progress: bool = True) -> TrainResult:
+        """Train to `trainer.steps`, resuming from the latest checkpoint when allowed."""
+        root, trainer = self.root, self.root.trainer
+        torch.manual_seed(root.run.seed)
+        random.seed(root.run.seed)
+        resume = latest_checkpoint(self.output_dir) if trainer.resume else None
+        model, tokenizer = load_configured_model(root.model, resume or self.start_model)
+        algorithm = self.components.algorithm
+        reference = None
+        if algorithm.needs.reference:
+            reference, _ = load_configured_model(root.model, self.start_model)
+        learner = Learner(model, algorithm, self._learner_settings(), reference=reference)
+        state = load_trainer_state(resume) if resume else None
+        history: list[dict[str, float]] = list(state["history"]) if state else []
+        first_step = state["step"] if state else 0
+        if state:
+            learner.optimizer.load_state_dict(state["optimizer"])
+            learner.load_state(state["extra"]["learner"])
+        policy = self.components.policy_factory(learner.unwrapped, tokenizer)
+        engine = RolloutEngine(
+            self.components.env_factory,
+            policy,
+            ChatFormat(tokenizer, model.generation_config),
+            env_threads=root.rollout.env_threads,
+        )
+        train_tasks = evaluation_tasks(self.components.env_factory, "train", None)
+        progress = ProgressBar(trainer.steps, first_step, enabled=show_progress)
+        checkpoint = resume or self.start_model
+        try:
+            for step in range(first_step, trainer.steps):
+                metrics = self._step(step, engine, learner, policy, train_tasks, history)
+                history.append(metrics)
+                self.host.after_update(step, metrics)
+                progress.update(step + 1, metrics)
+                done = step + 1
+                if done % trainer.checkpoint_every == 0 or done == trainer.steps:
+                    checkpoint = save_checkpoint(
+                        self.output_dir,
+                        done,
+                        model=learner.unwrapped,
+                        tokenizer=tokenizer,
+                        optimizer=learner.optimizer,
+                        history=history,
+                        extra={"learner": learner.state()},
+                    )
+                    prune_checkpoints(self.output_dir, trainer.keep_checkpoints)
+                    self.host.on_checkpoint(done, checkpoint)
+                if trainer.eval_every and done % trainer.eval_every == 0:
+                    self._evaluate(done, engine)
+        finally:
+            progress.close()
+            engine.close()
+            policy.close()
+        return TrainResult(Path(checkpoint), history, first_step)
+
+    def _learner_settings(self) -> LearnerSettings:
+        trainer = self.root.trainer
+        return LearnerSettings(
+            lr=trainer.lr,
+            lr_schedule=trainer.lr_schedule,
+            warmup_steps=trainer.warmup_steps,
+            total_steps=trainer.steps,
+            weight_decay=trainer.weight_decay,
+            epochs=trainer.epochs,
+            mini_batches=trainer.mini_batches,
+            micro_batch_tokens=trainer.micro_batch_tokens,
+            row_tokens=trainer.row_tokens,
+            max_grad_norm=trainer.max_grad_norm,
+            temperature=self.root.rollout.temperature,
+            seed=self.root.run.seed,
+        )
+
+    def _step(
+        self,
+        step: int,
+        engine: RolloutEngine,
+        learner: Learner,
+        policy: Any,
+        train_tasks: list[int],
+        history: list[dict[str, float]],
+    ) -> dict[str, float]:
+        trainer = self.root.trainer
+        seed = step_seed(self.root.run.seed, step)
+        horizon = self.components.scheduler.max_turns(step, history)
+        tasks = sample_tasks(train_tasks, trainer.tasks_per_step, seed)
+        episodes = [
+            EpisodeSpec(task_id=task, group=index, sample=sample)
+            for index, task in enumerate(tasks)
+            for sample in range(trainer.group_size)
+        ]
+        start = time.perf_counter()
+        trajectories = engine.run(
+            episodes, rollout_settings(self.root, max_turns=horizon, seed=seed)
+        )
+        batch = TrajectoryBatch(trajectories)
+        metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)
+        self.host.after_rollout(step, batch, metrics)
+        self.components.algorithm.advantages(batch)
+        metrics.update({f"train/{k}": v for k, v in learner.update(batch).items()})
+        policy.sync_weights(learner.unwrapped)
+        metrics["step_seconds"] = time.perf_counter() - start
+        return metrics
+
+    def _evaluate(self, step: int, engine: RolloutEngine) -> dict[str, float]:
+        settings = eval_settings(self.root, self.components, steps=step)
+        tasks = evaluation_tasks(self.components.env_factory, settings.split, settings.num_tasks)
+        rollout = rollout_settings(self.root, max_turns=settings.max_turns, seed=self.root.run.seed)
+        metrics, _ = run_evaluation(engine, tasks, settings, rollout)
+        self.host.after_evaluation(step, settings.split, metrics)
+        return metrics
+
+
+def eval_settings(root: Any, components: Components, *, steps: int) -> EvalSettings:
+    """Eval settings from the `eval` block; the horizon defaults to the scheduler's at `steps`."""
+    block = root.eval
+    max_turns = block.max_turns or components.scheduler.max_turns(max(steps - 1, 0), [])
+    return EvalSettings(
+        split=block.split,
+        num_tasks=block.num_tasks,
+        k=block.k,
+        max_turns=max_turns,
+        greedy=block.greedy,
+        temperature=block.temperature,
+        seed=root.run.seed,
+    )

@@ -1,0 +1,168 @@
+"""Plain data passed between environments, policies, algorithms and the learner.
+
+Everything here is a dataclass of Python values so it crosses process and
+HTTP boundaries as JSON without custom encoders.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TaskId = int
+"""Task ids are integers, as AgentGym's `data_idx`: deterministic per split."""
+
+
+class Termination(enum.StrEnum):
+    """Why an episode ended. Every trajectory carries exactly one."""
+
+    DONE = "done"
+    """The environment said the episode is over (success or failure)."""
+    HORIZON = "horizon"
+    """The scheduler's turn limit cut the episode; it keeps the env's reward."""
+    CONTEXT_BUDGET = "context_budget"
+    """The next observation would not fit in the model's context budget."""
+    ENV_ERROR = "env_error"
+    """Infrastructure failed (exception or timeout): excluded from updates."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What `Environment.step` returns."""
+
+    observation: str
+    reward: float
+    done: bool
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled assistant turn, token in and token out.
+
+    `allowed[i]` is the set of token ids the sampler was restricted to when it
+    drew `token_ids[i]` (None when unconstrained), so the learner can apply the
+    same restriction when it recomputes log-probabilities.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    allowed: list[tuple[int, ...] | None] | None = None
+    finished: bool = True
+    """False when generation stopped at `max_new_tokens` without an end token."""
+
+
+@dataclass
+class Turn:
+    """One agent action and what the environment answered."""
+
+    action: str
+    observation: str
+    reward: float
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """A whole episode as the learner sees it: one token sequence plus masks.
+
+    `token_ids` is the prompt, then alternating sampled actions and observation
+    deltas. `loss_mask[i]` is 1 exactly where `token_ids[i]` was sampled by the
+    policy; `logprobs[i]` is the sampling log-probability there (0 elsewhere).
+    `constraints` maps a token position to the token ids the sampler allowed.
+    """
+
+    task_id: TaskId
+    group: int
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    constraints: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0
+    success: bool = False
+    termination: Termination = Termination.DONE
+    error: str | None = None
+    prompt_length: int = 0
+    task_group: str = ""
+    """A label for per-group reports (a BabyAI level, a crafting depth)."""
+    advantages: list[float] | None = None
+    """Per-token advantages, set by the algorithm (0 where loss_mask is 0)."""
+    returns: list[float] | None = None
+    """Per-token value targets, for algorithms with a critic."""
+
+    @property
+    def num_turns(self) -> int:
+        """Number of actions the agent took."""
+        return len(self.turns)
+
+    @property
+    def num_sampled_tokens(self) -> int:
+        """Number of tokens the policy generated."""
+        return sum(self.loss_mask)
+
+    @property
+    def last_sampled_index(self) -> int:
+        """Position of the last token the agent generated (-1 if none).
+
+        Outcome rewards are placed here, never on a trailing observation token.
+        """
+        for i in range(len(self.loss_mask) - 1, -1, -1):
+            if self.loss_mask[i]:
+                return i
+        return -1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (constraint keys become strings)."""
+        data = asdict(self)
+        data["termination"] = str(self.termination)
+        data["constraints"] = {str(k): list(v) for k, v in self.constraints.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        """Inverse of `to_dict`."""
+        data = dict(data)
+        data["termination"] = Termination(data["termination"])
+        data["constraints"] = {int(k): tuple(v) for k, v in data.get("constraints", {}).items()}
+        data["turns"] = [Turn(**t) for t in data.get("turns", [])]
+        return cls(**data)
+
+
+@dataclass
+class TrajectoryBatch:
+    """The trajectories of one update, grouped by task (`group` ids)."""
+
+    trajectories: list[Trajectory]
+
+    def __iter__(self) -> Iterator[Trajectory]:
+        return iter(self.trajectories)
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    @property
+    def trainable(self) -> list[Trajectory]:
+        """Trajectories that may enter the update: env errors are excluded."""
+        return [
+            t
+            for t in self.trajectories
+            if t.termination != Termination.ENV_ERROR and t.num_sampled_tokens > 0
+        ]
+
+    def groups(self) -> dict[int, list[Trajectory]]:
+        """Trainable trajectories keyed by group id, in insertion order."""
+        out: dict[int, list[Trajectory]] = {}
+        for t in self.trainable:
+            out.setdefault(t.group, []).append(t)
+        return out
+
+
+def mean(values: Sequence[float]) -> float:
+    """Mean of a possibly empty sequence (0.0 when empty)."""
+    return float(sum(values) / len(values)) if values else 0.0

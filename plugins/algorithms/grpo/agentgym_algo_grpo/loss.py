@@ -1,0 +1,95 @@
+"""GRPO: Group Relative Policy Optimization.
+
+Paper: DeepSeekMath, https://arxiv.org/abs/2402.03300 (section 4.1). With
+`scale_by_std: false` it is the "Dr. GRPO" variant, https://arxiv.org/abs/2503.20783.
+
+Each task is sampled `group_size` times. A trajectory's advantage is its
+outcome reward minus the group mean (divided by the group std unless
+disabled), given to every token the agent generated in that episode; the
+observation tokens in between carry no loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentgym_core.interfaces import AlgorithmNeeds, LossInputs
+from agentgym_core.learner.losses import clipped_policy_loss, entropy_bonus, kl_penalty
+from agentgym_core.types import TrajectoryBatch
+
+
+class GRPOConfig(BaseModel):
+    """Options of `grpo`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) ratio clip.")
+    clip_eps_high: float | None = Field(
+        None, gt=0, description="Upper ratio clip if different (DAPO's clip-higher)."
+    )
+    kl_coef: float = Field(
+        0.0, ge=0, description="Weight of the k3 KL to the frozen reference; 0 drops the reference."
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
+    scale_by_std: bool = Field(
+        True, description="Divide by the group's reward std (GRPO); false: Dr. GRPO."
+    )
+    eps: float = Field(1e-6, gt=0, description="Added to the std before dividing.")
+    min_group_size: int = Field(2, ge=2, description="Group size the trainer must provide.")
+
+
+def group_advantages(rewards: list[float], *, scale_by_std: bool, eps: float) -> list[float]:
+    """(r - mean) / (std + eps) within one group; population std, as in the paper's code."""
+    mean = sum(rewards) / len(rewards)
+    centered = [r - mean for r in rewards]
+    if not scale_by_std:
+        return centered
+    std = math.sqrt(sum(c * c for c in centered) / len(rewards))
+    return [c / (std + eps) for c in centered]
+
+
+class GRPO:
+    """The `grpo` algorithm."""
+
+    def __init__(self, config: GRPOConfig) -> None:
+        self.config = config
+        self.needs = AlgorithmNeeds(
+            online=True, reference=config.kl_coef > 0, group_size=config.min_group_size
+        )
+
+    def advantages(self, batch: TrajectoryBatch) -> None:
+        """Set per-token advantages: the trajectory's group advantage on every agent token."""
+        for group in batch.groups().values():
+            values = group_advantages(
+                [t.reward for t in group],
+                scale_by_std=self.config.scale_by_std,
+                eps=self.config.eps,
+            )
+            for trajectory, advantage in zip(group, values, strict=True):
+                trajectory.advantages = [advantage * m for m in trajectory.loss_mask]
+
+    def loss(self, inputs: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
+        """Clipped policy loss + kl_coef * KL(ref) - entropy_coef * entropy, token mean."""
+        policy, metrics = clipped_policy_loss(
+            inputs.logprobs,
+            inputs.old_logprobs,
+            inputs.advantages,
+            inputs.mask,
+            inputs.normalizer,
+            clip_low=self.config.clip_eps,
+            clip_high=self.config.clip_eps_high,
+        )
+        kl, kl_metrics = kl_penalty(
+            inputs.logprobs,
+            inputs.ref_logprobs,
+            inputs.mask,
+            inputs.normalizer,
+            self.config.kl_coef,
+        )
+        bonus, entropy_metrics = entropy_bonus(
+            inputs.entropy, inputs.mask, inputs.normalizer, self.config.entropy_coef
+        )
+        return policy + kl + bonus, {**metrics, **kl_metrics, **entropy_metrics}

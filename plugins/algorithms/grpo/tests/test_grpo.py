@@ -1,0 +1,115 @@
+"""GRPO advantages and loss against values worked out by hand."""
+
+import math
+
+import pytest
+import torch
+from agentgym_algo_grpo import GRPO, GRPOConfig
+
+from agentgym_core.interfaces import LossInputs
+from agentgym_core.learner.losses import kl_k3
+from agentgym_core.types import Termination, Trajectory, TrajectoryBatch
+
+
+def _traj(group: int, reward: float, mask=(0, 0, 1, 1, 0, 1)) -> Trajectory:
+    n = len(mask)
+    return Trajectory(
+        task_id=group,
+        group=group,
+        token_ids=list(range(n)),
+        loss_mask=list(mask),
+        logprobs=[0.0] * n,
+        reward=reward,
+    )
+
+
+def test_group_advantages_normalized_by_std():
+    # group 0: rewards 1, 0, 0, 1 -> mean 0.5, std 0.5 -> +1, -1, -1, +1
+    # group 1: one success a = 0.8875 of three -> sqrt(2), -1/sqrt(2), -1/sqrt(2) whatever a is
+    batch = TrajectoryBatch(
+        [
+            _traj(0, 1.0),
+            _traj(0, 0.0),
+            _traj(0, 0.0),
+            _traj(0, 1.0),
+            _traj(1, 0.8875),
+            _traj(1, 0.0),
+            _traj(1, 0.0),
+        ]
+    )
+    GRPO(GRPOConfig(eps=1e-12)).advantages(batch)
+    got = [t.advantages[2] for t in batch]
+    want = [1, -1, -1, 1, math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2)]
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_advantage_only_on_agent_tokens():
+    batch = TrajectoryBatch([_traj(0, 1.0), _traj(0, 0.0)])
+    GRPO(GRPOConfig(eps=1e-12)).advantages(batch)
+    assert batch.trajectories[0].advantages == pytest.approx([0, 0, 1, 1, 0, 1])
+    assert batch.trajectories[1].advantages == pytest.approx([0, 0, -1, -1, 0, -1])
+
+
+def test_no_std_scaling_is_mean_centred():
+    batch = TrajectoryBatch([_traj(0, 0.9), _traj(0, 0.0), _traj(0, 0.0)])
+    GRPO(GRPOConfig(scale_by_std=False)).advantages(batch)
+    assert [t.advantages[2] for t in batch] == pytest.approx([0.6, -0.3, -0.3])
+
+
+def test_equal_rewards_give_zero_advantage_and_env_errors_are_excluded():
+    broken = _traj(0, 0.0)
+    broken.termination = Termination.ENV_ERROR
+    batch = TrajectoryBatch([_traj(0, 1.0), _traj(0, 1.0), broken])
+    GRPO(GRPOConfig()).advantages(batch)
+    assert batch.trajectories[0].advantages[2] == 0.0
+    assert broken.advantages is None
+
+
+def _inputs(ref=None, entropy=(0.0, 0.0)):
+    # token 1: ratio 0.5/0.4 = 1.25 with A=+1 -> clipped to 1.2 -> loss -1.2
+    # token 2: ratio 1.25 with A=-1 -> min(-1.25, -1.2) = -1.25 -> loss +1.25
+    logp = torch.log(torch.tensor([[0.5, 0.5]])).requires_grad_()
+    return LossInputs(
+        logprobs=logp,
+        old_logprobs=torch.log(torch.tensor([[0.4, 0.4]])),
+        advantages=torch.tensor([[1.0, -1.0]]),
+        mask=torch.tensor([[1.0, 1.0]]),
+        entropy=torch.tensor([list(entropy)]),
+        normalizer=2.0,
+        ref_logprobs=ref,
+    )
+
+
+def test_clipped_loss_by_hand():
+    loss, metrics = GRPO(GRPOConfig(clip_eps=0.2)).loss(_inputs())
+    assert float(loss) == pytest.approx((-1.2 + 1.25) / 2)
+    assert metrics["clip_fraction"] == pytest.approx(0.5)
+    assert metrics["ratio"] == pytest.approx(1.25)
+
+
+def test_clip_higher_changes_only_the_upper_side():
+    loss, _ = GRPO(GRPOConfig(clip_eps=0.2, clip_eps_high=0.3)).loss(_inputs())
+    assert float(loss) == pytest.approx((-1.25 + 1.25) / 2)
+
+
+def test_k3_kl_by_hand():
+    # d = log(0.25) - log(0.5) = -log 2: exp(d) - d - 1 = 0.5 + log 2 - 1
+    value = kl_k3(torch.log(torch.tensor(0.5)), torch.log(torch.tensor(0.25)))
+    assert float(value) == pytest.approx(math.log(2) - 0.5)
+    ref = torch.log(torch.tensor([[0.25, 0.25]]))
+    plain, _ = GRPO(GRPOConfig()).loss(_inputs())
+    with_kl, metrics = GRPO(GRPOConfig(kl_coef=0.1)).loss(_inputs(ref=ref))
+    assert float(with_kl - plain) == pytest.approx(0.1 * (math.log(2) - 0.5))
+    assert metrics["kl"] == pytest.approx(math.log(2) - 0.5)
+
+
+def test_entropy_bonus_lowers_loss():
+    plain, _ = GRPO(GRPOConfig()).loss(_inputs(entropy=(2.0, 1.0)))
+    bonus, metrics = GRPO(GRPOConfig(entropy_coef=0.01)).loss(_inputs(entropy=(2.0, 1.0)))
+    assert float(plain - bonus) == pytest.approx(0.01 * 1.5)
+    assert metrics["entropy"] == pytest.approx(1.5)
+
+
+def test_reference_needed_only_with_kl():
+    assert not GRPO(GRPOConfig()).needs.reference
+    assert GRPO(GRPOConfig(kl_coef=0.05)).needs.reference

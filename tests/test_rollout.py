@@ -1,0 +1,158 @@
+"""The rollout engine with a real tiny model: tokens in and out, masks, terminations, no barrier."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from colour_env import ColourEnv
+
+from agentgym_core.learner.learner import token_logprobs
+from agentgym_core.learner.packing import pack
+from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+from agentgym_core.rollout.chat import PRIMING_REPLY, ChatFormat
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.types import Termination, TrajectoryBatch
+
+
+def _engine(tiny_model, env_factory=ColourEnv, **policy_options):
+    model, tokenizer = tiny_model
+    policy = HFPolicy(HFPolicyConfig(**policy_options), model=model, tokenizer=tokenizer)
+    return RolloutEngine(env_factory, policy, ChatFormat(tokenizer, model.generation_config))
+
+
+def _episodes(n=6, samples=2):
+    return [EpisodeSpec(task, group=task, sample=s) for task in range(n) for s in range(samples)]
+
+
+def test_tokens_are_the_chat_template_of_the_conversation(tiny_model):
+    _, tokenizer = tiny_model
+    engine = _engine(tiny_model)
+    env = ColourEnv(never_done=True)
+    trajs = engine.run(_episodes(3, 1), RolloutSettings(max_turns=3, seed=1))
+    for traj in trajs:
+        messages = [
+            {"role": "user", "content": env.instruction()},
+            {"role": "assistant", "content": PRIMING_REPLY},
+            {"role": "user", "content": env.reset(traj.task_id)},
+        ]
+        for turn in traj.turns:
+            messages.append({"role": "assistant", "content": turn.action})
+            messages.append({"role": "user", "content": turn.observation})
+        rendered = tokenizer.apply_chat_template(messages[:-1], tokenize=False)
+        decoded = tokenizer.decode(traj.token_ids)
+        assert rendered.startswith(decoded)
+        assert (
+            len(rendered) - len(decoded) <= 2
+        )  # at most the template's newline after the last turn
+
+
+def test_loss_mask_covers_exactly_the_sampled_actions(tiny_model):
+    _, tokenizer = tiny_model
+    engine = _engine(tiny_model)
+    (traj,) = engine.run([EpisodeSpec(4, 0)], RolloutSettings(max_turns=3, seed=2))
+    sampled = [t for t, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
+    expected = []
+    for turn in traj.turns:
+        expected += tokenizer.encode(turn.action, add_special_tokens=False) + [
+            engine.chat.stop_ids[0]
+        ]
+    assert sampled == expected
+    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask, strict=True) if not m)
+    assert all(lp <= 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask, strict=True) if m)
+    assert traj.loss_mask[: traj.prompt_length] == [0] * traj.prompt_length
+
+
+def test_constrained_actions_are_valid_and_logprobs_match_the_learner(tiny_model):
+    model, _ = tiny_model
+    engine = _engine(tiny_model)
+    trajs = engine.run(_episodes(), RolloutSettings(max_turns=2, seed=3))
+    env = ColourEnv()
+    for traj in trajs:
+        env.reset(traj.task_id)
+        assert all(turn.action in env.valid_actions() for turn in traj.turns)
+        assert traj.constraints and all(traj.loss_mask[p] == 1 for p in traj.constraints)
+    (mb,) = pack(trajs, row_tokens=4096, micro_batch_tokens=1 << 20)
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(model, mb, temperature=1.0)
+    mask = mb.mask.bool()
+    assert torch.allclose(logprobs[mask], mb.old_logprobs[mask], atol=1e-4)
+
+
+def test_same_seed_same_trajectories_whatever_the_batching(tiny_model):
+    first = _engine(tiny_model).run(_episodes(), RolloutSettings(max_turns=3, seed=5))
+    serial = _engine(tiny_model, max_batch_size=1).run(
+        _episodes(), RolloutSettings(max_turns=3, seed=5, concurrency=1)
+    )
+    assert [t.token_ids for t in first] == [t.token_ids for t in serial]
+    other = _engine(tiny_model).run(_episodes(), RolloutSettings(max_turns=3, seed=6))
+    assert [t.token_ids for t in first] != [t.token_ids for t in other]
+
+
+def test_termination_reasons(tiny_model):
+    horizon = _engine(tiny_model, lambda: ColourEnv(never_done=True)).run(
+        _episodes(2, 1), RolloutSettings(max_turns=2, seed=0)
+    )
+    assert {t.termination for t in horizon} == {Termination.HORIZON}
+    assert all(t.num_turns == 2 for t in horizon)
+
+    budget = _engine(tiny_model, lambda: ColourEnv(never_done=True)).run(
+        _episodes(2, 1), RolloutSettings(max_turns=50, max_context_tokens=90, seed=0)
+    )
+    assert {t.termination for t in budget} == {Termination.CONTEXT_BUDGET}
+    assert all(len(t.token_ids) <= 90 for t in budget)
+
+    done = _engine(tiny_model).run(_episodes(6, 4), RolloutSettings(max_turns=20, seed=0))
+    assert all(t.termination == Termination.DONE and t.success for t in done)
+
+
+def test_env_errors_are_recorded_and_excluded(tiny_model):
+    crash = _engine(tiny_model, lambda: ColourEnv(fail_on={1})).run(
+        _episodes(3, 2), RolloutSettings(max_turns=3, seed=0)
+    )
+    errors = [t for t in crash if t.termination == Termination.ENV_ERROR]
+    assert [t.task_id for t in errors] == [1, 1]
+    assert "env crashed on task 1" in errors[0].error
+    batch = TrajectoryBatch(crash)
+    assert all(t.task_id != 1 for t in batch.trainable) and len(batch.trainable) == 4
+
+    slow = _engine(tiny_model, lambda: ColourEnv(slow_tasks={0}, delay=1.0)).run(
+        _episodes(2, 1), RolloutSettings(max_turns=2, env_timeout_s=0.2, seed=0)
+    )
+    assert slow[0].termination == Termination.ENV_ERROR and "longer than 0.2" in slow[0].error
+    assert slow[1].termination != Termination.ENV_ERROR
+
+
+def test_no_barrier_between_episodes(tiny_model):
+    """Fast episodes finish all their turns while a slow one is still in its first env step."""
+    log: list[tuple[int, float]] = []
+    engine = _engine(
+        tiny_model, lambda: ColourEnv(slow_tasks={0}, delay=0.6, never_done=True, log=log)
+    )
+    start = time.perf_counter()
+    engine.run(_episodes(4, 1), RolloutSettings(max_turns=4, seed=0))
+    slow_first_step = min(t for task, t in log if task == 0)
+    fast_last_steps = [max(t for task, t in log if task == k) for k in (1, 2, 3)]
+    assert all(t < slow_first_step for t in fast_last_steps)
+    assert slow_first_step - start >= 0.6
+
+
+@pytest.mark.parametrize("template", ["chatml", "llama3"])
+def test_observation_delta_is_the_templates_user_turn(tiny_model, template):
+    _, tokenizer = tiny_model
+    chat = ChatFormat(tokenizer)
+    ids = chat.observation_ids("hello there")
+    text = tokenizer.decode(ids)
+    assert "hello there" in text
+    # the delta opens a user turn and ends with the assistant generation prompt
+    probe = tokenizer.apply_chat_template(
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "hello there"},
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert probe.endswith(text)
