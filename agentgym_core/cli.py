@@ -49,7 +49,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     host = _host()
     resolved = _load(args.config, args.overrides, host)
-    metrics = run_eval_stage(resolved, host, Path(resolved.root.model.path))
+    metrics, _ = run_eval_stage(resolved, host, Path(resolved.root.model.path))
     print(eval_table(metrics, resolved.root.eval.k))
     if args.json:
         Path(args.json).write_text(json.dumps(metrics, indent=2))

@@ -24,7 +24,7 @@ from agentgym_core.tracking.console import format_table
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build_model(host: PluginHost, resolved, out: Path) -> Path:
+def build_model(host: PluginHost, resolved, out: Path, size: dict) -> Path:
     """A fresh tiny model with a tokenizer trained on the configured BabyAI levels."""
     registration, env_config = resolved.components["env"]
     env = registration.factory(env_config)
@@ -32,7 +32,8 @@ def build_model(host: PluginHost, resolved, out: Path) -> Path:
         texts = env_corpus(env, list(env.tasks("train"))[:300], max_turns=6, seed=0)
     finally:
         env.close()
-    return init_model(texts, out, TinyModelConfig(vocab_size=512, seed=resolved.root.run.seed))
+    options = {"vocab_size": 512, "seed": resolved.root.run.seed, **size}
+    return init_model(texts, out, TinyModelConfig(**options))
 
 
 def per_level(before: dict[str, float], after: dict[str, float]) -> str:
@@ -57,6 +58,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default=str(ROOT / "configs" / "babyai-demo.yaml"))
     parser.add_argument("--workdir", default=str(ROOT / "runs" / "demo"))
+    parser.add_argument("--size", action="append", default=[], help="TinyModelConfig key=value")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
     args = parser.parse_args()
 
@@ -71,7 +73,8 @@ def main() -> int:
         *args.overrides,
     ]
     resolved = load_config(args.config, overrides, host.registry)
-    build_model(host, resolved, workdir / "model")
+    size = {k: int(v) for k, v in (item.split("=", 1) for item in args.size)}
+    build_model(host, resolved, workdir / "model", size)
     print(f"model built in {time.perf_counter() - start:.0f} s", flush=True)
 
     results = {r.name: r for r in run_pipeline(resolved, host)}

@@ -92,15 +92,22 @@ def test_env_errors_are_excluded_and_counted():
 
 
 def test_mean_reward_and_turns():
-    trajs = [traj(0, True, reward=1.0, turns=2), traj(0, False, reward=-0.5, turns=4),
-             traj(1, False, reward=9.0, turns=7, error=True)]
+    trajs = [
+        traj(0, True, reward=1.0, turns=2),
+        traj(0, False, reward=-0.5, turns=4),
+        traj(1, False, reward=9.0, turns=7, error=True),
+    ]
     assert mean_reward(trajs) == pytest.approx(0.25)
     assert summarize(trajs, 1)["mean_turns"] == pytest.approx(3.0)
 
 
 def test_per_group_breakdown():
-    trajs = (samples(0, [1, 1], group="easy") + samples(1, [1, 0], group="hard")
-             + samples(2, [0, 0], group="hard") + samples(3, [1, 1]))
+    trajs = (
+        samples(0, [1, 1], group="easy")
+        + samples(1, [1, 0], group="hard")
+        + samples(2, [0, 0], group="hard")
+        + samples(3, [1, 1])
+    )
     groups = per_group(trajs, k=2)
     assert list(groups) == ["easy", "hard"]
     assert groups["easy"]["success_rate"] == 1.0

@@ -35,8 +35,9 @@ def trajectory(task, group, *, success=True, error=False, turns=2):
         token_ids=[1, 2, 3, 4],
         loss_mask=[0, 1, 0, 1],
         logprobs=[0.0, -0.5, 0.0, -0.25],
-        turns=[Turn(f"go {i}", f"room {i}", 0.5 * i, i == turns - 1, {"pos": i})
-               for i in range(turns)],
+        turns=[
+            Turn(f"go {i}", f"room {i}", 0.5 * i, i == turns - 1, {"pos": i}) for i in range(turns)
+        ],
         reward=1.0 if success else 0.0,
         success=success,
         termination=Termination.ENV_ERROR if error else Termination.DONE,
@@ -46,10 +47,13 @@ def trajectory(task, group, *, success=True, error=False, turns=2):
 
 
 def batch_of(groups=3, per_group=4):
-    return TrajectoryBatch([
-        trajectory(100 + g, g, success=s % 2 == 0, error=(g, s) == (2, 3))
-        for g in range(groups) for s in range(per_group)
-    ])
+    return TrajectoryBatch(
+        [
+            trajectory(100 + g, g, success=s % 2 == 0, error=(g, s) == (2, 3))
+            for g in range(groups)
+            for s in range(per_group)
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +65,20 @@ def store(tmp_path_factory):
 
 @pytest.fixture
 def tracker(store, tmp_path):
-    params = {"model": {"path": "tiny", "dtype": "float32"}, "trainer": {"lr": 1e-5},
-              "tags": [1, 2], "note": "x" * 7000}
-    t = MlflowTracker(tmp_path / "run", uri=store, experiment="tests", run_name="t",
-                      params=params, log_trajectories=4)
+    params = {
+        "model": {"path": "tiny", "dtype": "float32"},
+        "trainer": {"lr": 1e-5},
+        "tags": [1, 2],
+        "note": "x" * 7000,
+    }
+    t = MlflowTracker(
+        tmp_path / "run",
+        uri=store,
+        experiment="tests",
+        run_name="t",
+        params=params,
+        log_trajectories=4,
+    )
     yield t
     t.close()
 
@@ -93,7 +107,8 @@ def test_metrics_land_at_their_steps(tracker):
     for step in range(3):
         pm.hook.agentgym_after_rollout(step=step, batch=batch_of(1, 1), metrics=rollout)
         pm.hook.agentgym_after_update(
-            step=step, metrics={**rollout, "train/loss": 1.0 / (step + 1), "ok": True})
+            step=step, metrics={**rollout, "train/loss": 1.0 / (step + 1), "ok": True}
+        )
     pm.hook.agentgym_after_evaluation(step=2, split="test", metrics={"pass@k": 0.75})
     history = tracker.client.get_metric_history(tracker.run_id, "train/loss")
     assert [(m.step, m.value) for m in history] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
@@ -106,12 +121,15 @@ def test_metrics_land_at_their_steps(tracker):
 
 
 def test_trajectories_as_jsonl_artifact(tracker, tmp_path):
-    plugin_manager(tracker).hook.agentgym_after_rollout(
-        step=12, batch=batch_of(), metrics={})
+    plugin_manager(tracker).hook.agentgym_after_rollout(step=12, batch=batch_of(), metrics={})
     local = mlflow.artifacts.download_artifacts(
-        run_id=tracker.run_id, artifact_path="trajectories/step-000012.jsonl",
-        dst_path=str(tmp_path / "dl"), tracking_uri=tracker.uri)
-    lines = [json.loads(line) for line in open(local)]
+        run_id=tracker.run_id,
+        artifact_path="trajectories/step-000012.jsonl",
+        dst_path=str(tmp_path / "dl"),
+        tracking_uri=tracker.uri,
+    )
+    with open(local) as f:
+        lines = [json.loads(line) for line in f]
     assert [(d["task_id"], d["group"]) for d in lines] == [(100, 0), (101, 1), (102, 2), (100, 0)]
     assert "token_ids" not in lines[0] and "logprobs" not in lines[0]
     back = Trajectory.from_dict(lines[0])
@@ -168,8 +186,7 @@ def test_default_store_resume_and_isolation(tracker, tmp_path):
     assert [m.step for m in again.client.get_metric_history(again.run_id, "x")] == [0, 1]
     # each tracker's traces went to its own store
     solo = again.client.search_traces(locations=[again.experiment_id])
-    shared = tracker.client.search_traces(locations=[tracker.experiment_id],
-                                          run_id=tracker.run_id)
+    shared = tracker.client.search_traces(locations=[tracker.experiment_id], run_id=tracker.run_id)
     assert (len(solo), len(shared)) == (2, 1)
     again.close()
     assert again.client.get_run(again.run_id).info.status == "FINISHED"
@@ -181,7 +198,10 @@ def test_default_store_resume_and_isolation(tracker, tmp_path):
 
 def test_helpers():
     assert flatten({"a": {"b": {"c": 1}}, "d": None, "e": {}}) == {
-        "a.b.c": "1", "d": "null", "e": "{}"}
+        "a.b.c": "1",
+        "d": "null",
+        "e": "{}",
+    }
     assert metric_key("group/lvl@2 (hard)/pass@k") == "group/lvl_at_2 _hard_/pass_at_k"
     picked = pick(batch_of(3, 2).trajectories, 4)
     assert [t.group for t in picked] == [0, 1, 2, 0]
@@ -216,8 +236,9 @@ def test_progress_bar_off_without_tty_unless_forced():
     assert not bar.enabled and quiet.getvalue() == ""
     shown = io.StringIO()
     with ProgressBar(10, 2, force=True, file=shown) as bar:
-        bar.update(3, {"rollout/success_rate": 0.5, "rollout/reward_mean": 1.25,
-                       "rollout/horizon": 8.0})
+        bar.update(
+            3, {"rollout/success_rate": 0.5, "rollout/reward_mean": 1.25, "rollout/horizon": 8.0}
+        )
     assert "3/10" in shown.getvalue() and "success=0.500" in shown.getvalue()
     assert "horizon=8" in shown.getvalue()
     assert postfix_of({"success_rate": 1.0}) == {"success": "1.000"}

@@ -128,8 +128,11 @@ class TrainerConfig(_Block):
     micro_batch_tokens: int = Field(
         8192, gt=0, description="Packed tokens per forward pass (gradient accumulation unit)."
     )
-    row_tokens: int = Field(
-        1024, gt=0, description="Width of a packed row; longer trajectories get a row of their own."
+    row_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Width of a packed row; null: the longest trajectory of the update "
+        "(attention cost grows with the width, so wider rows only pay off for short sequences).",
     )
     max_grad_norm: float | None = Field(
         1.0, gt=0, description="Gradient clipping norm; null: no clipping."

@@ -79,10 +79,12 @@ def pass_at_k(trajectories: Iterable[Trajectory], k: int) -> float:
 
     Paper: https://arxiv.org/abs/2107.03374 (Codex, section 2.1).
     """
-    return mean([
-        pass_at_k_estimate(len(ts), sum(t.success for t in ts), k)
-        for ts in by_task(trajectories).values()
-    ])
+    return mean(
+        [
+            pass_at_k_estimate(len(ts), sum(t.success for t in ts), k)
+            for ts in by_task(trajectories).values()
+        ]
+    )
 
 
 def per_group(trajectories: Iterable[Trajectory], k: int) -> dict[str, dict[str, float]]:

@@ -37,7 +37,7 @@ class LearnerSettings:
     epochs: int = 1
     mini_batches: int = 1
     micro_batch_tokens: int = 8192
-    row_tokens: int = 1024
+    row_tokens: int | None = None
     max_grad_norm: float | None = 1.0
     temperature: float = 1.0
     seed: int = 0

@@ -59,14 +59,15 @@ def _rows_first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
 
 
 def pack(
-    trajectories: Sequence[Trajectory], *, row_tokens: int, micro_batch_tokens: int
+    trajectories: Sequence[Trajectory], *, row_tokens: int | None, micro_batch_tokens: int
 ) -> list[MicroBatch]:
     """Pack trajectories into micro-batches of rows at most `row_tokens` wide.
 
-    A trajectory longer than `row_tokens` gets a row of its own length.
+    A trajectory longer than `row_tokens` gets a row of its own length; None
+    makes rows as wide as the longest trajectory.
     """
-    lengths = [len(t.token_ids) for t in trajectories]
-    width = max([row_tokens, *lengths]) if lengths else row_tokens
+    lengths = [len(t.token_ids) for t in trajectories] or [1]
+    width = max([row_tokens or 0, *lengths])
     rows = _rows_first_fit(lengths, width)
     rows_per_batch = max(1, micro_batch_tokens // width)
     return [

@@ -20,6 +20,9 @@ def rollout_metrics(batch: TrajectoryBatch, *, horizon: int, seconds: float) -> 
         "rollout/tokens_per_s": generated / seconds if seconds > 0 else 0.0,
         "rollout/seconds": seconds,
     }
+    for group in sorted({t.task_group for t in scored if t.task_group}):
+        members = [t for t in scored if t.task_group == group]
+        metrics[f"rollout/group/{group}/success_rate"] = mean([float(t.success) for t in members])
     for reason in Termination:
         count = sum(t.termination == reason for t in batch)
         metrics[f"rollout/termination/{reason}"] = float(count)

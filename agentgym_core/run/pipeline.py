@@ -14,6 +14,7 @@ from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import evaluate_model
 from agentgym_core.run.train import TrainStage, eval_settings
 from agentgym_core.tracking.console import format_table
+from agentgym_core.types import Trajectory
 from agentgym_core.tracking.mlflow_tracker import MlflowTracker, sqlite_uri
 
 
@@ -46,7 +47,9 @@ def _tracker(resolved: Any, stage_name: str, store_dir: Path) -> MlflowTracker:
     )
 
 
-def run_eval_stage(resolved: Any, host: PluginHost, model_path: Path, *, step: int = 0) -> dict:
+def run_eval_stage(
+    resolved: Any, host: PluginHost, model_path: Path, *, step: int = 0
+) -> tuple[dict[str, float], list[Trajectory]]:
     """Evaluate the weights at `model_path` on the configured split."""
     root = resolved.root
     components = build_components(resolved)
@@ -64,18 +67,20 @@ def run_eval_stage(resolved: Any, host: PluginHost, model_path: Path, *, step: i
         model, tokenizer, components, settings, rollout, env_threads=root.rollout.env_threads
     )
     host.after_evaluation(step, settings.split, metrics)
-    return metrics
+    return metrics, trajectories
 
 
 def eval_table(metrics: dict[str, float], k: int) -> str:
     """Overall and per-group results as a text table."""
     groups = sorted({key.split("/")[1] for key in metrics if key.startswith("group/")})
+    keys = ["success_rate", "mean_reward", "avg@k", "pass@k"]
     columns = ["group", "success_rate", "mean_reward", f"avg@{k}", f"pass@{k}"]
-    rows = [{"group": "all", **{c: metrics.get(c, 0.0) for c in columns[1:]}}]
-    for group in groups:
-        rows.append(
-            {"group": group, **{c: metrics.get(f"group/{group}/{c}", 0.0) for c in columns[1:]}}
-        )
+
+    def row(name: str, prefix: str) -> dict[str, object]:
+        values = [metrics.get(prefix + key, 0.0) for key in keys]
+        return dict(zip(columns, [name, *values], strict=True))
+
+    rows = [row("all", "")] + [row(group, f"group/{group}/") for group in groups]
     return format_table(rows, columns)
 
 
@@ -101,7 +106,8 @@ def run_pipeline(
                 model_path = trained.checkpoint
                 metrics = trained.history[-1] if trained.history else {}
             else:
-                metrics = run_eval_stage(stage.config, host, model_path)
+                metrics, trajectories = run_eval_stage(stage.config, host, model_path)
+                tracker.log_episodes(0, trajectories, split=stage.config.root.eval.split)
                 print(
                     f"[{stage.name}] {model_path}\n{eval_table(metrics, stage.config.root.eval.k)}"
                 )

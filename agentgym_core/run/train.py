@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.learner.learner import Learner, LearnerSettings
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
@@ -78,7 +79,15 @@ class TrainStage:
         self.host = host
         self.output_dir = Path(self.root.run.output_dir)
         self.start_model = Path(start_model or self.root.model.path)
+        check_trainable(resolved)
         self.components: Components = build_components(resolved)
+        needed = self.components.algorithm.needs.group_size
+        if self.root.trainer.group_size < needed:
+            raise ConfigError(
+                [Problem("trainer.group_size", f"{self.root.algorithm.name} needs at least "
+                         f"{needed} samples per task (got {self.root.trainer.group_size})")],
+                str(resolved.source) if resolved.source else None,
+            )
 
     def run(self, *, show_progress: bool = True) -> TrainResult:
         """Train to `trainer.steps`, resuming from the latest checkpoint when allowed."""
@@ -190,6 +199,17 @@ class TrainStage:
         metrics, _ = run_evaluation(engine, tasks, settings, rollout)
         self.host.after_evaluation(step, settings.split, metrics)
         return metrics
+
+
+def check_trainable(resolved: Any) -> None:
+    """A train stage needs an algorithm and a scheduler; say which block is missing."""
+    problems = [
+        Problem(block, f"a train stage needs `{block}: {{name: ...}}`")
+        for block in ("algorithm", "scheduler")
+        if getattr(resolved.root, block) is None
+    ]
+    if problems:
+        raise ConfigError(problems, str(resolved.source) if resolved.source else None)
 
 
 def eval_settings(root: Any, components: Components, *, steps: int) -> EvalSettings:

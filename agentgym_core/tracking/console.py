@@ -106,7 +106,10 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> s
     ]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        parts = [
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
         return "  ".join(parts).rstrip()
 
     rule = "  ".join("-" * w for w in widths)

@@ -17,6 +17,7 @@ import re
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,16 @@ def jsonl(trajectories: Iterable[Trajectory]) -> str:
     """One `Trajectory.to_dict()` per line without TOKEN_FIELDS (`from_dict` still reads it)."""
     lines = []
     for t in trajectories:
-        data = t.to_dict()
+        # Blank the token lists first: `to_dict` deep-copies them, slow on long episodes.
+        data = replace(
+            t,
+            token_ids=[],
+            loss_mask=[],
+            logprobs=[],
+            constraints={},
+            advantages=None,
+            returns=None,
+        ).to_dict()
         for name in TOKEN_FIELDS:
             data.pop(name, None)
         lines.append(json.dumps(data, ensure_ascii=False, default=str))
@@ -160,8 +170,9 @@ class MlflowTracker:
         if traces and log_trajectories > 0:
             from agentgym_core.tracking.traces import TraceWriter
 
-            self._traces = TraceWriter(self.uri, run_id=self._run_id,
-                                       experiment_id=self.experiment_id)
+            self._traces = TraceWriter(
+                self.uri, run_id=self._run_id, experiment_id=self.experiment_id
+            )
         self._rollout_logged: tuple[int, dict[str, float]] = (-1, {})
         self._closed = False
 
@@ -190,8 +201,9 @@ class MlflowTracker:
                 if run.info.status != "RUNNING":
                     self.client.update_run(run_id, status="RUNNING")
                 return run_id
-        return self.client.create_run(self.experiment_id, run_name=run_name or None,
-                                      tags=tags).info.run_id
+        return self.client.create_run(
+            self.experiment_id, run_name=run_name or None, tags=tags
+        ).info.run_id
 
     def _log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -212,8 +224,10 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        rows = [Metric(f"{prefix}{k}"[:MAX_KEY_CHARS], v, now, step)
-                for k, v in numeric(metrics).items()]
+        rows = [
+            Metric(f"{prefix}{k}"[:MAX_KEY_CHARS], v, now, step)
+            for k, v in numeric(metrics).items()
+        ]
         for i in range(0, len(rows), _METRICS_PER_BATCH):
             self.client.log_batch(self._run_id, metrics=rows[i : i + _METRICS_PER_BATCH])
 
@@ -272,7 +286,9 @@ class MlflowTracker:
         self.log_metrics(step, values)
 
     @hookimpl
-    def agentgym_after_evaluation(self, step: int, split: str, metrics: Mapping[str, float]) -> None:
+    def agentgym_after_evaluation(
+        self, step: int, split: str, metrics: Mapping[str, float]
+    ) -> None:
         """Log evaluation metrics as `eval/<split>/<name>` at `step`."""
         self.log_metrics(step, metrics, prefix=f"eval/{split}/")
 

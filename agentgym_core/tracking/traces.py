@@ -35,7 +35,6 @@ from mlflow.tracing.constant import (
     TRACE_SCHEMA_VERSION,
     TRACE_SCHEMA_VERSION_KEY,
     SpanAttributeKey,
-    SpansLocation,
     TraceMetadataKey,
     TraceTagKey,
 )
@@ -108,8 +107,15 @@ def episode_trace(
         "termination": str(traj.termination),
     }
     root = _span(
-        ROOT_SPAN, trace_id=trace_id, otel_trace_id=otel_trace_id, parent=None,
-        span_type=SpanType.AGENT, start_ns=start, end_ns=end, inputs=inputs, outputs=outputs,
+        ROOT_SPAN,
+        trace_id=trace_id,
+        otel_trace_id=otel_trace_id,
+        parent=None,
+        span_type=SpanType.AGENT,
+        start_ns=start,
+        end_ns=end,
+        inputs=inputs,
+        outputs=outputs,
         attributes={
             "agentgym.step": step,
             "agentgym.split": split,
@@ -122,13 +128,20 @@ def episode_trace(
     root_id = root._span.context.span_id
     spans = [root]
     for i, turn in enumerate(traj.turns):
-        spans.append(_span(
-            f"turn-{i}", trace_id=trace_id, otel_trace_id=otel_trace_id, parent=root_id,
-            span_type=SpanType.TOOL, start_ns=start + i * _TURN_NS,
-            end_ns=start + (i + 1) * _TURN_NS, inputs={"action": turn.action},
-            outputs={"observation": turn.observation, "reward": turn.reward, "done": turn.done},
-            attributes={"agentgym.info": turn.info},
-        ))
+        spans.append(
+            _span(
+                f"turn-{i}",
+                trace_id=trace_id,
+                otel_trace_id=otel_trace_id,
+                parent=root_id,
+                span_type=SpanType.TOOL,
+                start_ns=start + i * _TURN_NS,
+                end_ns=start + (i + 1) * _TURN_NS,
+                inputs={"action": turn.action},
+                outputs={"observation": turn.observation, "reward": turn.reward, "done": turn.done},
+                attributes={"agentgym.info": turn.info},
+            )
+        )
     info = TraceInfo(
         trace_id=trace_id,
         trace_location=TraceLocation.from_experiment_id(experiment_id),
@@ -164,21 +177,25 @@ class TraceWriter:
     def write(self, trajectories: Sequence[Trajectory], *, step: int, split: str) -> list[str]:
         """Log one trace per trajectory; returns the trace ids."""
         built = [
-            episode_trace(t, step=step, split=split, run_id=self._run_id,
-                          experiment_id=self._experiment_id)
+            episode_trace(
+                t, step=step, split=split, run_id=self._run_id, experiment_id=self._experiment_id
+            )
             for t in trajectories
         ]
         if not built:
             return []
+        # Trace rows first: spans logged before them make each `start_trace` take
+        # MLflow's slower merge path.
+        stored = [self._client.start_trace(info) for info, _ in built]
         if self._span_logging:
             try:  # SQL stores keep spans in tables: one call for every span of the step.
                 self._client.log_spans(self._experiment_id, [s for _, ss in built for s in ss])
-            except NotImplementedError:
+                return [info.trace_id for info in stored]
+            except Exception as error:  # servers on a file store answer "not supported"
+                if not isinstance(error, NotImplementedError) and "not supported" not in str(error):
+                    raise
                 self._span_logging = False
-        for info, spans in built:
-            stored = self._client.start_trace(info)
-            if stored.tags.get(TraceTagKey.SPANS_LOCATION) != SpansLocation.TRACKING_STORE.value:
-                # Stores without span tables (file store, older servers) keep them as artifacts.
-                self._client._upload_trace_data(stored, TraceData(spans=spans))
+        for info, (_, spans) in zip(stored, built, strict=True):
+            # Stores without span tables (file store, older servers) keep spans as artifacts.
+            self._client._upload_trace_data(info, TraceData(spans=spans))
         return [info.trace_id for info, _ in built]
-

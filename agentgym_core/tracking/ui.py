@@ -32,8 +32,11 @@ def find_store(path: str | Path) -> Path:
     for folder in (path, *path.parents):
         if (folder / STORE_FILE).is_file():
             return folder / STORE_FILE
-    below = [p for depth in range(1, _SEARCH_DEPTH + 1)
-             for p in path.glob("/".join(["*"] * depth + [STORE_FILE]))]
+    below = [
+        p
+        for depth in range(1, _SEARCH_DEPTH + 1)
+        for p in path.glob("/".join(["*"] * depth + [STORE_FILE]))
+    ]
     if below:
         return max(below, key=lambda p: p.stat().st_mtime)
     raise FileNotFoundError(

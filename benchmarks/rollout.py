@@ -1,0 +1,161 @@
+"""Async rollout engine vs the lockstep loop (generate for all live episodes, then step all).
+
+Same tiny model, same BabyAI tasks, same per-request seeds (so both loops play
+exactly the same tokens), with an injected environment latency per step.
+Reports episodes/s of both, their ratio, and the async wall time divided by
+max(generation-only time, environment-only time): 1.0 would be perfect overlap.
+
+    .venv/bin/python benchmarks/rollout.py --episodes 64 --turns 5 --latency-ms 0 20 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentgym_core.interfaces import SamplingParams
+from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
+from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
+
+LEVELS = ["GoToLocal", "PickupDist", "OpenDoor"]
+
+
+class SlowEnv(BabyAIEnv):
+    """BabyAI with a fixed latency on every step, like a remote env server."""
+
+    latency = 0.0
+
+    def step(self, action):  # noqa: D102
+        time.sleep(self.latency)
+        return super().step(action)
+
+
+def seed_of(settings: RolloutSettings, spec: EpisodeSpec, turn: int) -> int:
+    """The engine's per-request seed, so lockstep samples the same tokens."""
+    return hash((settings.seed, spec.task_id, spec.group, spec.sample, turn)) % (2**62)
+
+
+async def lockstep(policy, chat, make_env, episodes, settings, pool) -> float:
+    """AgentGym-RL's loop: a barrier after generation and after the env steps of every turn."""
+    loop = asyncio.get_running_loop()
+    envs = [make_env() for _ in episodes]
+    start = time.perf_counter()
+    firsts = await asyncio.gather(
+        *(loop.run_in_executor(pool, env.reset, spec.task_id) for env, spec in zip(envs, episodes))
+    )
+    ids = [chat.prompt_ids(env.instruction(), obs) for env, obs in zip(envs, firsts)]
+    live = list(range(len(episodes)))
+    for turn in range(settings.max_turns):
+        gens = await asyncio.gather(
+            *(
+                policy.generate(
+                    ids[i],
+                    SamplingParams(settings.max_new_tokens, settings.temperature,
+                                   seed=seed_of(settings, episodes[i], turn)),
+                    envs[i].valid_actions(),
+                )
+                for i in live
+            )
+        )
+        results = await asyncio.gather(
+            *(loop.run_in_executor(pool, envs[i].step, g.text) for i, g in zip(live, gens))
+        )
+        still = []
+        for i, gen, result in zip(live, gens, results):
+            ids[i] += gen.token_ids
+            if not result.done and turn + 1 < settings.max_turns:
+                ids[i] += chat.observation_ids(result.observation)
+                still.append(i)
+        live = still
+        if not live:
+            break
+    return time.perf_counter() - start
+
+
+def env_only(make_env, trajectories, pool) -> float:
+    """Replay the recorded actions without a model: the environment's share alone."""
+
+    async def replay() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def one(traj):
+            env = make_env()
+            await loop.run_in_executor(pool, env.reset, traj.task_id)
+            for turn in traj.turns:
+                await loop.run_in_executor(pool, env.step, turn.action)
+
+        await asyncio.gather(*(one(t) for t in trajectories))
+
+    start = time.perf_counter()
+    asyncio.run(replay())
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    """Run the comparison and print a markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0, 20, 100])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    config = BabyAIConfig(levels=LEVELS, list_actions=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus_env = BabyAIEnv(config)
+        texts = env_corpus(corpus_env, corpus_env.tasks("train")[:200], max_turns=5)
+        init_model(texts, Path(tmp), TinyModelConfig(vocab_size=512))
+        model = AutoModelForCausalLM.from_pretrained(tmp)
+        tokenizer = AutoTokenizer.from_pretrained(tmp)
+    torch.manual_seed(0)
+    policy = HFPolicy(HFPolicyConfig(max_batch_size=args.episodes), model=model, tokenizer=tokenizer)
+    chat = ChatFormat(tokenizer, model.generation_config)
+    tasks = BabyAIEnv(config).tasks("test")[: args.episodes]
+    episodes = [EpisodeSpec(task, group=i) for i, task in enumerate(tasks)]
+    settings = RolloutSettings(max_turns=args.turns, seed=1, concurrency=args.episodes,
+                               max_context_tokens=2048)
+    pool = concurrent.futures.ThreadPoolExecutor(args.episodes)
+
+    def make_env():
+        return SlowEnv(config)
+
+    print("| env latency | async episodes/s | lockstep episodes/s | async / lockstep | "
+          "async wall / max(gen-only, env-only) |")
+    print("|---|---|---|---|---|")
+    for latency_ms in args.latency_ms:
+        SlowEnv.latency = latency_ms / 1000
+        async_times, lock_times, gen_times, env_times = [], [], [], []
+        for _ in range(args.repeats):
+            engine = RolloutEngine(make_env, policy, chat, env_threads=args.episodes)
+            start = time.perf_counter()
+            trajectories = engine.run(episodes, settings)
+            async_times.append(time.perf_counter() - start)
+            engine.close()
+            lock_times.append(asyncio.run(lockstep(policy, chat, make_env, episodes, settings, pool)))
+            SlowEnv.latency, saved = 0.0, SlowEnv.latency
+            engine = RolloutEngine(make_env, policy, chat, env_threads=args.episodes)
+            start = time.perf_counter()
+            engine.run(episodes, settings)
+            gen_times.append(time.perf_counter() - start)
+            engine.close()
+            SlowEnv.latency = saved
+            env_times.append(env_only(make_env, trajectories, pool))
+        a, lk = statistics.median(async_times), statistics.median(lock_times)
+        bound = max(statistics.median(gen_times), statistics.median(env_times))
+        n = len(episodes)
+        print(f"| {latency_ms:.0f} ms | {n / a:.1f} | {n / lk:.1f} | {lk / a:.2f}x | {a / bound:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

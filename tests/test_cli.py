@@ -1,0 +1,116 @@
+"""The `agentgym` command line, run as a user would (subprocesses, real plugins, real files)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("agentgym_env_babyai")
+
+
+def agentgym(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agentgym_core.cli", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=600,
+    )
+
+
+def test_plugins_lists_every_installed_component():
+    result = agentgym("plugins")
+    assert result.returncode == 0, result.stderr
+    for kind, name, dist in [
+        ("environment", "babyai", "agentgym-env-babyai"),
+        ("algorithm", "grpo", "agentgym-algo-grpo"),
+        ("scheduler", "scaling_inter", "agentgym-sched-scaling-inter"),
+        ("scheduler", "fixed", "agentgym-sched-fixed"),
+        ("policy", "hf", "agentgym-core"),
+    ]:
+        line = next(row for row in result.stdout.splitlines() if f" {name} " in f" {row} ")
+        assert kind in line and dist in line and "0.1.0" in line
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "model"
+    result = agentgym(
+        "model", "init", "--env", "babyai", "--env-option", "levels=[GoToObj]",
+        "--size", "hidden_size=32", "--size", "vocab_size=512", "--tasks", "30", "--out", str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_model_init_writes_a_loadable_model_with_env_words(model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert AutoModelForCausalLM.from_pretrained(model_dir).config.hidden_size == 32
+    assert len(tokenizer.encode(" ball", add_special_tokens=False)) == 1
+
+
+def _config(tmp_path: Path, model_dir: Path, **extra) -> Path:
+    raw = {
+        "run": {"name": "cli", "output_dir": str(tmp_path / "run")},
+        "model": {"path": str(model_dir)},
+        "env": {"name": "babyai", "levels": ["GoToObj"], "list_actions": False},
+        "algorithm": {"name": "grpo"},
+        "scheduler": {"name": "fixed", "max_turns": 2},
+        "rollout": {"max_context_tokens": 512},
+        "trainer": {"steps": 2, "tasks_per_step": 2, "group_size": 2},
+        "eval": {"num_tasks": 4, "k": 2},
+        **extra,
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text("# agentgym train config.yaml\n" + yaml.safe_dump(raw))
+    return path
+
+
+def test_train_pipeline_then_eval(tmp_path, model_dir):
+    stages = [{"name": "train", "type": "train"}, {"name": "test", "type": "eval"}]
+    config = _config(tmp_path, model_dir, stages=stages)
+    result = agentgym("train", str(config), "trainer.steps=2", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    checkpoint = tmp_path / "run" / "train" / "checkpoints" / "step-000002"
+    assert (checkpoint / "config.json").is_file()
+    assert (tmp_path / "run" / "mlflow.db").is_file()
+    saved = yaml.safe_load((tmp_path / "run" / "train" / "config.yaml").read_text())
+    assert saved["trainer"]["steps"] == 2 and saved["env"]["levels"] == ["GoToObj"]
+    assert "avg@2" in result.stdout and "pass@2" in result.stdout
+
+    out = tmp_path / "metrics.json"
+    result = agentgym("eval", str(config), f"model.path={checkpoint}", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(out.read_text())
+    assert 0.0 <= metrics["success_rate"] <= 1.0 and metrics["episodes"] == 8
+    assert "GoToObj" in result.stdout
+
+
+def test_config_errors_name_the_key_and_exit_2(tmp_path, model_dir):
+    config = _config(tmp_path, model_dir)
+    result = agentgym("train", str(config), "trainer.steps=-1")
+    assert result.returncode == 2 and "trainer.steps" in result.stderr
+    result = agentgym("train", str(config), "env.name=babyaii")
+    assert result.returncode == 2 and "babyaii" in result.stderr and "babyai" in result.stderr
+    result = agentgym("train", str(config), "env.levelz=[GoToObj]")
+    assert result.returncode == 2 and "env.levelz" in result.stderr
+
+
+def test_expert_data_is_agenttraj(tmp_path):
+    out = tmp_path / "expert.json"
+    result = agentgym(
+        "data", "expert", "babyai", "--episodes", "6", "--env-option", "levels=[GoToLocal,PutNextLocal]",
+        "--out", str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    items = json.loads(out.read_text())
+    assert len(items) == 6 and items[0]["item_id"].startswith("babyai_")
+    turns = items[0]["conversations"]
+    assert [t["from"] for t in turns[:3]] == ["human", "gpt", "human"]
+    assert turns[1] == {"from": "gpt", "loss": False, "value": "Ok."}
+    assert all(t["loss"] is True for t in turns[3:] if t["from"] == "gpt")
+    assert all(t["loss"] is None for t in turns if t["from"] == "human")

@@ -1,0 +1,96 @@
+"""Packing, log-probability recomputation and the optimizer step of the learner."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from agentgym_core.learner.learner import Learner, LearnerSettings, lr_factor, token_logprobs
+from agentgym_core.learner.packing import pack
+from agentgym_core.types import Trajectory, TrajectoryBatch
+
+
+def _traj(rng: random.Random, vocab: int, length: int, group: int = 0, reward: float = 0.0):
+    ids = [rng.randrange(3, vocab) for _ in range(length)]
+    mask = [0] * (length // 2) + [1] * (length - length // 2)
+    return Trajectory(task_id=group, group=group, token_ids=ids, loss_mask=mask,
+                      logprobs=[0.0] * length, reward=reward)
+
+
+def test_packed_rows_match_separate_forward_passes(tiny_model):
+    model, _ = tiny_model
+    rng = random.Random(0)
+    vocab = model.config.vocab_size
+    trajs = [_traj(rng, vocab, n) for n in (17, 40, 9, 33, 25)]
+    batches = pack(trajs, row_tokens=64, micro_batch_tokens=128)
+    assert sum(len(mb.input_ids) for mb in batches) < len(trajs)  # several per row
+    packed = []
+    with torch.no_grad():
+        for mb in batches:
+            logprobs, _ = token_logprobs(model, mb, 1.0)
+            packed.extend(logprobs[mb.mask.bool()].tolist())
+        alone = []
+        for traj in sorted(trajs, key=lambda t: -len(t.token_ids)):
+            (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=1 << 20)
+            logprobs, _ = token_logprobs(model, mb, 1.0)
+            alone.extend(logprobs[mb.mask.bool()].tolist())
+    assert sorted(packed) == pytest.approx(sorted(alone), abs=1e-5)
+
+
+def test_padding_is_measured():
+    rng = random.Random(1)
+    trajs = [_traj(rng, 50, n) for n in (10, 10, 20)]
+    (mb,) = pack(trajs, row_tokens=20, micro_batch_tokens=1000)
+    assert mb.slots == 40 and mb.real_tokens == 40  # 10 + 10 share a row: no padding
+    (mb,) = pack([_traj(rng, 50, 5), _traj(rng, 50, 20)], row_tokens=None, micro_batch_tokens=1000)
+    assert mb.slots == 40 and mb.real_tokens == 25
+
+
+def test_constraints_restrict_the_recomputed_distribution(tiny_model):
+    model, _ = tiny_model
+    traj = _traj(random.Random(2), model.config.vocab_size, 12)
+    traj.constraints = {9: (traj.token_ids[9], 5)}
+    (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=1000)
+    with torch.no_grad():
+        logprobs, entropy = token_logprobs(model, mb, 1.0)
+    two = torch.log_softmax(model(torch.tensor([traj.token_ids])).logits[0, 8, [traj.token_ids[9], 5]], -1)
+    assert float(logprobs[0, 8]) == pytest.approx(float(two[0]), abs=1e-5)
+    assert float(entropy[0, 8]) <= torch.log(torch.tensor(2.0)) + 1e-6
+
+
+def test_update_moves_probability_towards_positive_advantage(tiny_model):
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    model, _ = tiny_model
+    model = type(model)(model.config)
+    model.load_state_dict(tiny_model[0].state_dict())
+    rng = random.Random(3)
+    good = _traj(rng, model.config.vocab_size, 20, reward=1.0)
+    bad = _traj(rng, model.config.vocab_size, 20, reward=0.0)
+    batch = TrajectoryBatch([good, bad])
+    algorithm = GRPO(GRPOConfig())
+    (mb,) = pack([good], row_tokens=None, micro_batch_tokens=1000)
+    with torch.no_grad():
+        before = token_logprobs(model, mb, 1.0)[0][mb.mask.bool()].sum()
+    for traj in batch:
+        (single,) = pack([traj], row_tokens=None, micro_batch_tokens=1000)
+        with torch.no_grad():
+            traj.logprobs = [0.0] + token_logprobs(model, single, 1.0)[0][0, :-1].tolist()
+    algorithm.advantages(batch)
+    metrics = Learner(model, algorithm, LearnerSettings(lr=1e-2)).update(batch)
+    with torch.no_grad():
+        after = token_logprobs(model, mb, 1.0)[0][mb.mask.bool()].sum()
+    assert after > before
+    assert metrics["ratio"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["padding_fraction"] == pytest.approx(0.0)
+
+
+def test_lr_schedule():
+    warm = LearnerSettings(lr_schedule="linear", warmup_steps=4, total_steps=14)
+    assert [lr_factor(u, warm) for u in (0, 3)] == [0.25, 1.0]
+    assert lr_factor(9, warm) == pytest.approx(0.5)
+    cosine = LearnerSettings(lr_schedule="cosine", total_steps=10)
+    assert lr_factor(5, cosine) == pytest.approx(0.5)
+    assert lr_factor(3, LearnerSettings()) == 1.0
