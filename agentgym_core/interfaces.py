@@ -6,7 +6,7 @@ the core only ever talks to them through these methods.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -81,13 +81,20 @@ class Policy(Protocol):
         prompt_ids: Sequence[int],
         params: SamplingParams,
         allowed_actions: Sequence[str] | None = None,
+        *,
+        session: Hashable | None = None,
     ) -> Generation:
         """Sample one assistant turn after `prompt_ids`.
 
         With `allowed_actions`, decoding is restricted to exactly one of those
         strings followed by the end-of-turn token; `Generation.allowed` records
-        the restriction at each sampled position.
+        the restriction at each sampled position. `session` names the episode:
+        a policy may keep its KV state between turns until `release(session)`.
         """
+        ...
+
+    def release(self, session: Hashable) -> None:
+        """The episode `session` ended; drop whatever was kept for it."""
         ...
 
     def sync_weights(self, model: Any) -> None:

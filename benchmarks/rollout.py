@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentgym_core.interfaces import SamplingParams
@@ -26,7 +27,6 @@ from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
-from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
 
 LEVELS = ["GoToLocal", "PickupDist", "OpenDoor"]
 
@@ -52,27 +52,36 @@ async def lockstep(policy, chat, make_env, episodes, settings, pool) -> float:
     envs = [make_env() for _ in episodes]
     start = time.perf_counter()
     firsts = await asyncio.gather(
-        *(loop.run_in_executor(pool, env.reset, spec.task_id) for env, spec in zip(envs, episodes))
+        *(
+            loop.run_in_executor(pool, env.reset, spec.task_id)
+            for env, spec in zip(envs, episodes, strict=True)
+        )
     )
-    ids = [chat.prompt_ids(env.instruction(), obs) for env, obs in zip(envs, firsts)]
+    ids = [chat.prompt_ids(env.instruction(), obs) for env, obs in zip(envs, firsts, strict=True)]
     live = list(range(len(episodes)))
     for turn in range(settings.max_turns):
         gens = await asyncio.gather(
             *(
                 policy.generate(
                     ids[i],
-                    SamplingParams(settings.max_new_tokens, settings.temperature,
-                                   seed=seed_of(settings, episodes[i], turn)),
+                    SamplingParams(
+                        settings.max_new_tokens,
+                        settings.temperature,
+                        seed=seed_of(settings, episodes[i], turn),
+                    ),
                     envs[i].valid_actions(),
                 )
                 for i in live
             )
         )
         results = await asyncio.gather(
-            *(loop.run_in_executor(pool, envs[i].step, g.text) for i, g in zip(live, gens))
+            *(
+                loop.run_in_executor(pool, envs[i].step, g.text)
+                for i, g in zip(live, gens, strict=True)
+            )
         )
         still = []
-        for i, gen, result in zip(live, gens, results):
+        for i, gen, result in zip(live, gens, results, strict=True):
             ids[i] += gen.token_ids
             if not result.done and turn + 1 < settings.max_turns:
                 ids[i] += chat.observation_ids(result.observation)
@@ -119,19 +128,24 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(tmp)
         tokenizer = AutoTokenizer.from_pretrained(tmp)
     torch.manual_seed(0)
-    policy = HFPolicy(HFPolicyConfig(max_batch_size=args.episodes), model=model, tokenizer=tokenizer)
+    policy = HFPolicy(
+        HFPolicyConfig(max_batch_size=args.episodes), model=model, tokenizer=tokenizer
+    )
     chat = ChatFormat(tokenizer, model.generation_config)
     tasks = BabyAIEnv(config).tasks("test")[: args.episodes]
     episodes = [EpisodeSpec(task, group=i) for i, task in enumerate(tasks)]
-    settings = RolloutSettings(max_turns=args.turns, seed=1, concurrency=args.episodes,
-                               max_context_tokens=2048)
+    settings = RolloutSettings(
+        max_turns=args.turns, seed=1, concurrency=args.episodes, max_context_tokens=2048
+    )
     pool = concurrent.futures.ThreadPoolExecutor(args.episodes)
 
     def make_env():
         return SlowEnv(config)
 
-    print("| env latency | async episodes/s | lockstep episodes/s | async / lockstep | "
-          "async wall / max(gen-only, env-only) |")
+    print(
+        "| env latency | async episodes/s | lockstep episodes/s | async / lockstep | "
+        "async wall / max(gen-only, env-only) |"
+    )
     print("|---|---|---|---|---|")
     for latency_ms in args.latency_ms:
         SlowEnv.latency = latency_ms / 1000
@@ -142,7 +156,9 @@ def main() -> None:
             trajectories = engine.run(episodes, settings)
             async_times.append(time.perf_counter() - start)
             engine.close()
-            lock_times.append(asyncio.run(lockstep(policy, chat, make_env, episodes, settings, pool)))
+            lock_times.append(
+                asyncio.run(lockstep(policy, chat, make_env, episodes, settings, pool))
+            )
             SlowEnv.latency, saved = 0.0, SlowEnv.latency
             engine = RolloutEngine(make_env, policy, chat, env_threads=args.episodes)
             start = time.perf_counter()
@@ -154,7 +170,8 @@ def main() -> None:
         a, lk = statistics.median(async_times), statistics.median(lock_times)
         bound = max(statistics.median(gen_times), statistics.median(env_times))
         n = len(episodes)
-        print(f"| {latency_ms:.0f} ms | {n / a:.1f} | {n / lk:.1f} | {lk / a:.2f}x | {a / bound:.2f} |")
+        cells = [f"{latency_ms:.0f} ms", f"{n / a:.1f}", f"{n / lk:.1f}", f"{lk / a:.2f}x"]
+        print("| " + " | ".join([*cells, f"{a / bound:.2f}"]) + " |")
 
 
 if __name__ == "__main__":

@@ -156,3 +156,18 @@ def test_observation_delta_is_the_templates_user_turn(tiny_model, template):
         add_generation_prompt=True,
     )
     assert probe.endswith(text)
+
+
+def test_prefix_cache_reuses_turns_without_changing_samples(tiny_model):
+    settings = RolloutSettings(max_turns=4, seed=9)
+    cached = _engine(tiny_model, lambda: ColourEnv(never_done=True))
+    plain = _engine(tiny_model, lambda: ColourEnv(never_done=True), prefix_cache=False)
+    with_cache = cached.run(_episodes(5, 2), settings)
+    without = plain.run(_episodes(5, 2), settings)
+    assert [t.token_ids for t in with_cache] == [t.token_ids for t in without]
+    for a, b in zip(with_cache, without, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    stats = cached.policy.cache
+    assert stats.reused_tokens > stats.computed_tokens  # later turns mostly come from the cache
+    assert len(stats) == 0  # every finished episode released its state
+    assert plain.policy.cache.reused_tokens == 0

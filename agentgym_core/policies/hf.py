@@ -13,16 +13,16 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from transformers import DynamicCache
 
 from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.constraints import ActionConstraint, apply_allowed_mask
+from agentgym_core.policies.prefix_cache import PrefixCache
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
 
@@ -34,6 +34,10 @@ class HFPolicyConfig(BaseModel):
 
     max_batch_size: int = Field(64, gt=0, description="Most requests generated together.")
     seed: int = Field(0, description="Seed for requests that carry no seed of their own.")
+    prefix_cache: bool = Field(
+        True, description="Keep each episode's keys and values between turns; run only new tokens."
+    )
+    max_sessions: int = Field(4096, gt=0, description="Most episodes whose KV state is kept.")
 
 
 @dataclass
@@ -42,6 +46,7 @@ class _Request:
     params: SamplingParams
     constraint: ActionConstraint | None
     future: asyncio.Future
+    session: Hashable | None = None
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     allowed: list[tuple[int, ...] | None] = field(default_factory=list)
@@ -62,6 +67,7 @@ class HFPolicy:
         self._queue: asyncio.Queue[_Request] | None = None
         self._server: asyncio.Task | None = None
         self._action_cache: dict[str, tuple[int, ...]] = {}
+        self.cache = PrefixCache(config.max_sessions)
         self.batch_sizes: list[int] = []
         """Size of every batch generated, for throughput reports."""
 
@@ -72,6 +78,8 @@ class HFPolicy:
         prompt_ids: Sequence[int],
         params: SamplingParams,
         allowed_actions: Sequence[str] | None = None,
+        *,
+        session: Hashable | None = None,
     ) -> Generation:
         """Queue one request and wait for its batch to finish."""
         loop = asyncio.get_running_loop()
@@ -82,15 +90,20 @@ class HFPolicy:
             constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
             longest = max(len(seq) for seq in constraint.sequences)
             params = dataclasses.replace(params, max_new_tokens=max(params.max_new_tokens, longest))
-        request = _Request(list(prompt_ids), params, constraint, loop.create_future())
+        request = _Request(list(prompt_ids), params, constraint, loop.create_future(), session)
         assert self._queue is not None
         self._queue.put_nowait(request)
         return await request.future
 
     def sync_weights(self, model: Any) -> None:
-        """Nothing to copy when the learner's model object is shared; else load its state."""
+        """Load the learner's weights (nothing to copy when shared); cached keys become stale."""
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
+        self.cache.clear()
+
+    def release(self, session: Hashable) -> None:
+        """Drop the KV state of a finished episode."""
+        self.cache.release(session)
 
     def close(self) -> None:
         """Stop the server task and the generation thread."""
@@ -158,29 +171,24 @@ class HFPolicy:
             self.model.train(was_training)
 
     def _decode(self, batch: list[_Request], device: torch.device) -> None:
-        width = max(len(r.prompt) for r in batch)
-        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, request in enumerate(batch):
-            ids[row, width - len(request.prompt) :] = torch.tensor(request.prompt)
-            attention[row, width - len(request.prompt) :] = 1
-        ids, attention = ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        generators = [self._generator(r.params) for r in batch]
-        cache = DynamicCache()
+        use_cache = self.config.prefix_cache
+        entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in batch]
+        pre = self.cache.prefill([r.prompt for r in batch], entries, self.pad_id)
+        attention = pre.attention_mask.to(device)
         out = self.model(
-            input_ids=ids,
+            input_ids=pre.input_ids.to(device),
             attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
+            position_ids=pre.position_ids.to(device),
+            past_key_values=pre.cache,
             use_cache=True,
         )
-        last_position = positions[:, -1:]
+        last_position = pre.position_ids[:, -1:].to(device)
+        generators = [self._generator(r.params) for r in batch]
         for _ in range(max(r.params.max_new_tokens for r in batch)):
-            next_ids = self._sample(batch, out.logits[:, -1, :].float(), generators)
+            next_ids, real = self._sample(batch, out.logits[:, -1, :].float(), generators)
             if all(r.done for r in batch):
                 break
-            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            attention = torch.cat([attention, real.to(device).unsqueeze(1)], dim=1)
             last_position = last_position + 1
             out = self.model(
                 input_ids=next_ids.to(device).unsqueeze(1),
@@ -189,6 +197,19 @@ class HFPolicy:
                 past_key_values=out.past_key_values,
                 use_cache=True,
             )
+        if use_cache:
+            self._keep(batch, out.past_key_values, attention, pre.attention_mask.shape[1])
+
+    def _keep(
+        self, batch: list[_Request], cache: Any, attention: torch.Tensor, prefill: int
+    ) -> None:
+        for row, request in enumerate(batch):
+            if request.session is None:
+                continue
+            fed = int(attention[row, prefill:].sum())
+            self.cache.store(
+                request.session, row, request.prompt + request.tokens[:fed], cache, attention
+            )
 
     def _generator(self, params: SamplingParams) -> torch.Generator:
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
@@ -196,7 +217,8 @@ class HFPolicy:
 
     def _sample(
         self, batch: list[_Request], logits: torch.Tensor, generators: list[torch.Generator]
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample one token per live row; returns the tokens and which rows sampled one."""
         logits = logits.cpu()
         temps = torch.tensor([max(r.params.temperature, 1e-6) for r in batch]).unsqueeze(1)
         logits = logits / temps
@@ -208,9 +230,11 @@ class HFPolicy:
         logprobs = torch.log_softmax(apply_allowed_mask(logits, rows, allowed), dim=-1)
         allowed_by_row = dict(zip(rows, allowed, strict=True))
         next_ids = torch.full((len(batch),), self.pad_id, dtype=torch.long)
+        real = torch.zeros(len(batch), dtype=torch.long)
         for row, request in enumerate(batch):
             if request.done:
                 continue
+            real[row] = 1
             scores = logprobs[row]
             if not request.params.greedy:
                 uniform = torch.rand(scores.shape, generator=generators[row]).clamp_(1e-20, 1.0)
@@ -227,4 +251,4 @@ class HFPolicy:
                 request.done = token in self.chat.stop_ids
             if len(request.tokens) >= request.params.max_new_tokens:
                 request.done = True
-        return next_ids
+        return next_ids, real

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class RolloutEngine:
         self.chat = chat
         self._executor = concurrent.futures.ThreadPoolExecutor(env_threads, "env")
         self._instructions: dict[int, str] = {}
+        self._sessions = itertools.count()
         self.env_seconds = 0.0
         self.generate_seconds = 0.0
 
@@ -136,18 +138,27 @@ class RolloutEngine:
         trajectory = Trajectory(task_id=spec.task_id, group=spec.group)
         env = self.pool.acquire()
         broken = False
+        session = next(self._sessions)
         try:
-            await self._play(env, spec, settings, trajectory)
+            await self._play(env, spec, settings, trajectory, session)
         except Exception as error:  # noqa: BLE001 - infrastructure failure, recorded not raised
             broken = True
             trajectory.termination = Termination.ENV_ERROR
             trajectory.error = f"{type(error).__name__}: {error}"
         finally:
             self.pool.release(env, broken=broken)
+            release = getattr(self.policy, "release", None)
+            if release is not None:
+                release(session)
         return trajectory
 
     async def _play(
-        self, env: Environment, spec: EpisodeSpec, settings: RolloutSettings, traj: Trajectory
+        self,
+        env: Environment,
+        spec: EpisodeSpec,
+        settings: RolloutSettings,
+        traj: Trajectory,
+        session: int,
     ) -> None:
         observation = await self._env_call(settings, env.reset, spec.task_id)
         if id(env) not in self._instructions:
@@ -171,7 +182,9 @@ class RolloutEngine:
                 seed=hash((settings.seed, spec.task_id, spec.group, spec.sample, turn)) % (2**62),
             )
             start = time.perf_counter()
-            generation = await self.policy.generate(traj.token_ids, params, allowed)
+            generation = await self.policy.generate(
+                traj.token_ids, params, allowed, session=session
+            )
             self.generate_seconds += time.perf_counter() - start
             start_index = len(traj.token_ids)
             self._append(traj, generation.token_ids, sampled=True, logprobs=generation.logprobs)

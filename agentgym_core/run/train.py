@@ -124,7 +124,8 @@ class TrainStage:
                 self.host.after_update(step, metrics)
                 progress.update(step + 1, metrics)
                 done = step + 1
-                if done % trainer.checkpoint_every == 0 or done == trainer.steps:
+                every = trainer.checkpoint_every
+                if (every and done % every == 0) or done == trainer.steps:
                     checkpoint = save_checkpoint(
                         self.output_dir,
                         done,

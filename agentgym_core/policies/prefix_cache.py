@@ -1,0 +1,129 @@
+"""Reuse of each episode's keys and values from one turn to the next.
+
+Turn k of an episode sends the whole conversation again; all of it but the
+last action's final token and the new observation was already computed at
+turn k-1. The policy keeps that KV state per session (one episode) and only
+runs the new tokens. Rows of a batch have caches of different lengths: each
+row is laid out as `[pad | cached | pad | new]`, with the pads masked out and
+explicit position ids, so no token moves.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class Entry:
+    """The tokens a session's cache covers and its per-layer (keys, values), [heads, T, dim]."""
+
+    token_ids: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class Prefill:
+    """Inputs of the first forward pass of a batch."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    cache: DynamicCache
+    reused: list[int]
+    """Cached prefix length used for each row."""
+
+
+class PrefixCache:
+    """Per-session KV store with least-recently-used eviction."""
+
+    def __init__(self, max_sessions: int = 4096) -> None:
+        self.max_sessions = max_sessions
+        self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        self.reused_tokens = 0
+        self.computed_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def release(self, session: Hashable) -> None:
+        """Forget a session (its episode ended)."""
+        self._entries.pop(session, None)
+
+    def clear(self) -> None:
+        """Forget everything (weights changed: every cached key is stale)."""
+        self._entries.clear()
+
+    def lookup(self, session: Hashable | None, prompt: Sequence[int]) -> Entry | None:
+        """The session's entry if its tokens are a strict prefix of `prompt`."""
+        entry = self._entries.get(session) if session is not None else None
+        if entry is None:
+            return None
+        n = len(entry.token_ids)
+        if n >= len(prompt) or list(prompt[:n]) != entry.token_ids:
+            self._entries.pop(session, None)
+            return None
+        self._entries.move_to_end(session)
+        return entry
+
+    def prefill(
+        self, prompts: Sequence[Sequence[int]], entries: Sequence[Entry | None], pad_id: int
+    ) -> Prefill:
+        """Batch inputs that run only each prompt's uncached tail."""
+        reused = [len(e.token_ids) if e else 0 for e in entries]
+        new = [list(p[r:]) for p, r in zip(prompts, reused, strict=True)]
+        cached_width, new_width = max(reused), max(len(n) for n in new)
+        rows = len(prompts)
+        ids = torch.full((rows, new_width), pad_id, dtype=torch.long)
+        positions = torch.zeros((rows, new_width), dtype=torch.long)
+        attention = torch.zeros((rows, cached_width + new_width), dtype=torch.long)
+        for i, (tail, start) in enumerate(zip(new, reused, strict=True)):
+            ids[i, new_width - len(tail) :] = torch.tensor(tail)
+            positions[i, new_width - len(tail) :] = torch.arange(start, start + len(tail))
+            attention[i, cached_width - start : cached_width] = 1
+            attention[i, cached_width + new_width - len(tail) :] = 1
+        self.reused_tokens += sum(reused)
+        self.computed_tokens += sum(len(n) for n in new)
+        return Prefill(ids, attention, positions, self._batch_cache(entries, cached_width), reused)
+
+    @staticmethod
+    def _batch_cache(entries: Sequence[Entry | None], width: int) -> DynamicCache:
+        template = next((e for e in entries if e is not None), None)
+        if template is None or width == 0:
+            return DynamicCache()
+        layers = []
+        for index, (keys, values) in enumerate(template.layers):
+            batch_keys = keys.new_zeros((len(entries), keys.shape[0], width, keys.shape[2]))
+            batch_values = values.new_zeros((len(entries), values.shape[0], width, values.shape[2]))
+            for row, entry in enumerate(entries):
+                if entry is not None:
+                    k, v = entry.layers[index]
+                    batch_keys[row, :, width - k.shape[1] :] = k
+                    batch_values[row, :, width - v.shape[1] :] = v
+            layers.append((batch_keys, batch_values))
+        return DynamicCache(ddp_cache_data=layers)
+
+    def store(
+        self,
+        session: Hashable,
+        row: int,
+        token_ids: list[int],
+        cache: DynamicCache,
+        attention_mask: torch.Tensor,
+    ) -> None:
+        """Keep row `row` of a batch cache: the columns its mask marks, which hold `token_ids`."""
+        columns = attention_mask[row, : cache.layers[0].keys.shape[2]].nonzero().squeeze(1)
+        if len(columns) != len(token_ids):
+            return  # layout not understood: recompute next turn rather than risk a wrong cache
+        layers = [
+            (layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
+            for layer in cache.layers
+        ]
+        self._entries[session] = Entry(list(token_ids), layers)
+        self._entries.move_to_end(session)
+        while len(self._entries) > self.max_sessions:
+            self._entries.popitem(last=False)
