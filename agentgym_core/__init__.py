@@ -9,6 +9,6 @@ __version__ = "0.1.0"
 
 PROJECT = "agentgym"
 hookimpl = pluggy.HookimplMarker(PROJECT)
-"""Decorator for plugin hook implementations: `@hookimpl def agentgym_register_environments(...)`."""
+"""Marks plugin hook implementations, e.g. `@hookimpl def agentgym_register_environments(...)`."""
 
 __all__ = ["PROJECT", "__version__", "hookimpl"]

@@ -3,12 +3,15 @@
 Plugins load only when a `PluginHost` is created, never on import. Entry
 points of the group `agentgym` are loaded, filtered by two variables:
 `AGENTGYM_LOAD_PLUGINS` (comma-separated names: load only these; empty: none)
-and `AGENTGYM_DISABLE_PLUGINS` (names never to load).
+and `AGENTGYM_DISABLE_PLUGINS` (names never to load). Loading fails loudly on
+a misspelled hook, an `agentgym_*` function without `@hookimpl`, and two
+entry points of one name: each would otherwise be silently ignored.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 import pluggy
 
 from agentgym_core import PROJECT, __version__, hookspecs
-from agentgym_core.registry import Registration, Registry
+from agentgym_core.registry import Registration, Registry, RegistryError
 from agentgym_core.types import TrajectoryBatch
 
 ENTRY_POINT_GROUP = "agentgym"
@@ -63,11 +66,26 @@ class PluginHost:
         if load_entry_points:
             self._load_entry_points()
         for name, plugin in (extra_plugins or {}).items():
+            if self.pm.is_registered(plugin):
+                continue  # already loaded from its entry point: register it once
             self._add(plugin, name, (f"<inline {name}>", "0"))
         self.pm.check_pending()
         self.registry = self._collect_registrations()
 
     def _add(self, plugin: object, name: str, source: tuple[str, str]) -> None:
+        # pluggy ignores undecorated functions, so a forgotten @hookimpl (or a
+        # misspelled, undecorated hook) would otherwise do nothing, silently.
+        unmarked = [
+            attr
+            for attr in dir(plugin)
+            if attr.startswith(f"{PROJECT}_")
+            and inspect.isroutine(getattr(plugin, attr, None))
+            and self.pm.parse_hookimpl_opts(plugin, attr) is None
+        ]
+        if unmarked:
+            raise pluggy.PluginValidationError(
+                plugin, f"plugin {name!r} defines {unmarked} without @agentgym_core.hookimpl"
+            )
         self.pm.register(plugin, name=name)
         self._sources[name] = source
 
@@ -77,19 +95,23 @@ class PluginHost:
         for ep in md.entry_points(group=ENTRY_POINT_GROUP):
             if ep.name in block or (allow is not None and ep.name not in allow):
                 continue
-            if self.pm.get_plugin(ep.name) is not None:
-                continue
-            plugin = ep.load()
             dist = ep.dist
             source = (dist.metadata["Name"], dist.version) if dist else (ep.value, "?")
-            self._add(plugin, ep.name, source)
+            if self.pm.get_plugin(ep.name) is not None:
+                first = " ".join(self._sources.get(ep.name, (ep.name, "?")))
+                second = " ".join(source)
+                raise RegistryError(
+                    f"plugin name {ep.name!r} is declared twice: by {first} and by {second}"
+                )
+            self._add(ep.load(), ep.name, source)
 
     def _collect_registrations(self) -> Registry:
         registry = Registry()
         for kind, hook_name in _REGISTER_HOOKS.items():
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
-                distribution, version = self._sources.get(impl.plugin_name, (impl.plugin_name, "?"))
+                default = (impl.plugin_name, "?")
+                distribution, version = self._sources.get(impl.plugin_name, default)
                 impl.function(register=self._registrar(registry, kind, distribution, version))
         return registry
 
@@ -118,7 +140,9 @@ class PluginHost:
 
     # -- typed lifecycle hooks ------------------------------------------------
 
-    def after_rollout(self, step: int, batch: TrajectoryBatch, metrics: Mapping[str, float]) -> None:
+    def after_rollout(
+        self, step: int, batch: TrajectoryBatch, metrics: Mapping[str, float]
+    ) -> None:
         """Call `agentgym_after_rollout`."""
         self.pm.hook.agentgym_after_rollout(step=step, batch=batch, metrics=metrics)
 

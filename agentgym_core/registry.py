@@ -38,7 +38,8 @@ class Registry:
         """Add a registration; a duplicate name of the same kind is an error naming both sources."""
         if registration.kind not in self._items:
             raise RegistryError(f"unknown component kind {registration.kind!r}; kinds: {KINDS}")
-        if not (isinstance(registration.config, type) and issubclass(registration.config, BaseModel)):
+        config = registration.config
+        if not (isinstance(config, type) and issubclass(config, BaseModel)):
             raise RegistryError(
                 f"{registration.kind} {registration.name!r} from {registration.distribution}: "
                 "config must be a pydantic BaseModel subclass"
@@ -55,16 +56,20 @@ class Registry:
     def get(self, kind: str, name: str) -> Registration:
         """Look up a registration; the error lists every installed name of that kind."""
         try:
-            return self._items[kind][name]
+            return self._items[self._kind(kind)][name]
         except KeyError:
-            installed = ", ".join(sorted(self._items.get(kind, {}))) or "none"
-            raise RegistryError(
-                f"unknown {kind} {name!r}; installed: {installed}"
-            ) from None
+            installed = ", ".join(sorted(self._items[kind])) or "none"
+            raise RegistryError(f"unknown {kind} {name!r}; installed: {installed}") from None
 
     def names(self, kind: str) -> list[str]:
         """Sorted names registered for `kind`."""
-        return sorted(self._items[kind])
+        return sorted(self._items[self._kind(kind)])
+
+    @staticmethod
+    def _kind(kind: str) -> str:
+        if kind not in KINDS:
+            raise RegistryError(f"unknown component kind {kind!r}; kinds: {KINDS}")
+        return kind
 
     def all(self) -> list[Registration]:
         """Every registration, sorted by kind then name."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import random
 import statistics
 import tempfile
 import time
@@ -32,12 +33,22 @@ LEVELS = ["GoToLocal", "PickupDist", "OpenDoor"]
 
 
 class SlowEnv(BabyAIEnv):
-    """BabyAI with a fixed latency on every step, like a remote env server."""
+    """BabyAI with a latency on every step, like a remote env server.
+
+    `jitter="exp"` draws each step's latency from an exponential distribution
+    with mean `latency`, seeded by (task, step), so both loops wait the same.
+    """
 
     latency = 0.0
+    jitter = "none"
+
+    def reset(self, task_id):  # noqa: D102
+        self._delays = random.Random(task_id)
+        return super().reset(task_id)
 
     def step(self, action):  # noqa: D102
-        time.sleep(self.latency)
+        factor = self._delays.expovariate(1.0) if self.jitter == "exp" else 1.0
+        time.sleep(self.latency * factor)
         return super().step(action)
 
 
@@ -70,6 +81,7 @@ async def lockstep(policy, chat, make_env, episodes, settings, pool) -> float:
                         seed=seed_of(settings, episodes[i], turn),
                     ),
                     envs[i].valid_actions(),
+                    session=("lockstep", i),  # same KV reuse as the engine: only scheduling differs
                 )
                 for i in live
             )
@@ -89,7 +101,10 @@ async def lockstep(policy, chat, make_env, episodes, settings, pool) -> float:
         live = still
         if not live:
             break
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    for i in range(len(episodes)):
+        policy.release(("lockstep", i))
+    return elapsed
 
 
 def env_only(make_env, trajectories, pool) -> float:
@@ -118,6 +133,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0, 20, 100])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--jitter", choices=["none", "exp"], default="none")
     args = parser.parse_args()
 
     config = BabyAIConfig(levels=LEVELS, list_actions=False)
@@ -138,6 +154,8 @@ def main() -> None:
         max_turns=args.turns, seed=1, concurrency=args.episodes, max_context_tokens=2048
     )
     pool = concurrent.futures.ThreadPoolExecutor(args.episodes)
+
+    SlowEnv.jitter = args.jitter
 
     def make_env():
         return SlowEnv(config)

@@ -16,7 +16,10 @@ pytest.importorskip("agentgym_env_babyai")
 def agentgym(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "agentgym_core.cli", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
     )
 
 
@@ -38,8 +41,20 @@ def test_plugins_lists_every_installed_component():
 def model_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cli") / "model"
     result = agentgym(
-        "model", "init", "--env", "babyai", "--env-option", "levels=[GoToObj]",
-        "--size", "hidden_size=32", "--size", "vocab_size=512", "--tasks", "30", "--out", str(out),
+        "model",
+        "init",
+        "--env",
+        "babyai",
+        "--env-option",
+        "levels=[GoToObj]",
+        "--size",
+        "hidden_size=32",
+        "--size",
+        "vocab_size=512",
+        "--tasks",
+        "30",
+        "--out",
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     return out
@@ -103,8 +118,15 @@ def test_config_errors_name_the_key_and_exit_2(tmp_path, model_dir):
 def test_expert_data_is_agenttraj(tmp_path):
     out = tmp_path / "expert.json"
     result = agentgym(
-        "data", "expert", "babyai", "--episodes", "6", "--env-option", "levels=[GoToLocal,PutNextLocal]",
-        "--out", str(out),
+        "data",
+        "expert",
+        "babyai",
+        "--episodes",
+        "6",
+        "--env-option",
+        "levels=[GoToLocal,PutNextLocal]",
+        "--out",
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     items = json.loads(out.read_text())

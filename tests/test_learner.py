@@ -15,8 +15,14 @@ from agentgym_core.types import Trajectory, TrajectoryBatch
 def _traj(rng: random.Random, vocab: int, length: int, group: int = 0, reward: float = 0.0):
     ids = [rng.randrange(3, vocab) for _ in range(length)]
     mask = [0] * (length // 2) + [1] * (length - length // 2)
-    return Trajectory(task_id=group, group=group, token_ids=ids, loss_mask=mask,
-                      logprobs=[0.0] * length, reward=reward)
+    return Trajectory(
+        task_id=group,
+        group=group,
+        token_ids=ids,
+        loss_mask=mask,
+        logprobs=[0.0] * length,
+        reward=reward,
+    )
 
 
 def test_packed_rows_match_separate_forward_passes(tiny_model):
@@ -55,7 +61,9 @@ def test_constraints_restrict_the_recomputed_distribution(tiny_model):
     (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=1000)
     with torch.no_grad():
         logprobs, entropy = token_logprobs(model, mb, 1.0)
-    two = torch.log_softmax(model(torch.tensor([traj.token_ids])).logits[0, 8, [traj.token_ids[9], 5]], -1)
+    two = torch.log_softmax(
+        model(torch.tensor([traj.token_ids])).logits[0, 8, [traj.token_ids[9], 5]], -1
+    )
     assert float(logprobs[0, 8]) == pytest.approx(float(two[0]), abs=1e-5)
     assert float(entropy[0, 8]) <= torch.log(torch.tensor(2.0)) + 1e-6
 
@@ -83,8 +91,29 @@ def test_update_moves_probability_towards_positive_advantage(tiny_model):
     with torch.no_grad():
         after = token_logprobs(model, mb, 1.0)[0][mb.mask.bool()].sum()
     assert after > before
-    assert metrics["ratio"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["ratio"] == pytest.approx(1.0, abs=1e-6)
+    assert metrics["sampler_logprob_diff"] < 1e-4
     assert metrics["padding_fraction"] == pytest.approx(0.0)
+
+
+def test_several_optimizer_steps_use_recomputed_old_logprobs(tiny_model):
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    model = type(tiny_model[0])(tiny_model[0].config)
+    model.load_state_dict(tiny_model[0].state_dict())
+    rng = random.Random(4)
+    trajs = [_traj(rng, model.config.vocab_size, 16, group=0, reward=r) for r in (1.0, 0.0, 0.0)]
+    for traj in trajs:
+        traj.logprobs = [-9.0] * len(traj.token_ids)  # a stale sampler: recomputed away
+    batch = TrajectoryBatch(trajs)
+    algorithm = GRPO(GRPOConfig())
+    algorithm.advantages(batch)
+    settings = LearnerSettings(lr=1e-2, epochs=2, mini_batches=1)
+    metrics = Learner(model, algorithm, settings).update(batch)
+    assert metrics["optimizer_steps"] == 2
+    assert metrics["sampler_logprob_diff"] > 1.0  # the stale values were noticed ...
+    assert all(lp > -9.0 for t in trajs for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m)
+    assert metrics["ratio"] != pytest.approx(1.0, abs=1e-6)  # ... and epoch 2 is off-policy
 
 
 def test_lr_schedule():

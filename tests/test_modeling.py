@@ -130,9 +130,7 @@ def test_templates_reload_and_render(tmp_path, template, eos, generation_prompt)
     text = loaded.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     assert text.endswith(generation_prompt)
     assert f"pick up the red ball{eos}" in text
-    assert text == trained.apply_chat_template(
-        MESSAGES, add_generation_prompt=True, tokenize=False
-    )
+    assert text == trained.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     ids = loaded.apply_chat_template(MESSAGES, add_generation_prompt=True, return_dict=False)
     assert loaded.decode(ids) == text
     assert ids.count(loaded.eos_token_id) == len(MESSAGES)

@@ -1,20 +1,25 @@
-"""The plugin host and registry with inline plugins and the installed entry points."""
+"""The plugin host and registry, with inline plugins and the installed entry points."""
 
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
+import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pluggy
 import pytest
 from pydantic import BaseModel
 
-from agentgym_core import hookimpl
-from agentgym_core.plugins import ENTRY_POINT_GROUP, PluginHost
-from agentgym_core.registry import RegistryError
+from agentgym_core import hookimpl, plugins
+from agentgym_core.plugins import BUILTIN_PLUGINS, ENTRY_POINT_GROUP, PluginHost
+from agentgym_core.registry import KINDS, Registry, RegistryError
 from agentgym_core.types import TrajectoryBatch
+
+pytest_plugins = ["pytester"]
 
 
 class Options(BaseModel):
@@ -41,13 +46,29 @@ class Everything:
         register("toy-sched", dict, config=Options)
 
 
+def _installed() -> list[md.EntryPoint]:
+    return sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+# -- registration ----------------------------------------------------------------
+
+
 def test_inline_plugin_registers_each_kind(agentgym_plugin):
     host = agentgym_plugin(Everything(), name="everything")
-    for kind, name in [("environment", "toy-env"), ("policy", "toy-policy"),
-                       ("algorithm", "toy-algo"), ("scheduler", "toy-sched")]:
+    expected = {
+        "environment": "toy-env",
+        "policy": "toy-policy",
+        "algorithm": "toy-algo",
+        "scheduler": "toy-sched",
+    }
+    assert set(expected) == set(KINDS)
+    for kind, name in expected.items():
         registration = host.registry.get(kind, name)
-        assert registration.config is Options
-        assert registration.distribution == "<inline everything>"
+        assert registration.kind == kind
+        assert (registration.factory, registration.config) == (dict, Options)
+        assert (registration.distribution, registration.version) == ("<inline everything>", "0")
+        assert name in host.registry.names(kind)
+    assert "everything" in host.plugin_names()
 
 
 def test_duplicate_names_name_both_distributions():
@@ -56,14 +77,35 @@ def test_duplicate_names_name_both_distributions():
         def agentgym_register_environments(self, register):
             register("toy-env", dict, config=Options)
 
-    with pytest.raises(RegistryError, match=r"toy-env.*<inline one>.*<inline two>"):
+    with pytest.raises(RegistryError, match=r"toy-env.*<inline one> 0 and by <inline two> 0"):
         PluginHost({"one": Everything(), "two": Again()}, load_entry_points=False)
+
+
+@pytest.mark.parametrize("installed", PluginHost().registry.all(), ids=lambda r: r.name)
+def test_duplicate_of_an_installed_component_names_its_distribution(installed):
+    @hookimpl(specname=plugins._REGISTER_HOOKS[installed.kind])
+    def register_again(register):
+        register(installed.name, dict, config=Options)
+
+    clash = types.ModuleType("clash")
+    clash.register_again = register_again
+    first = f"{installed.distribution} {installed.version}"
+    with pytest.raises(RegistryError, match=rf"by {first} and by <inline clash> 0"):
+        PluginHost({"clash": clash})
 
 
 def test_unknown_name_lists_installed():
     host = PluginHost({"everything": Everything()}, load_entry_points=False)
-    with pytest.raises(RegistryError, match=r"unknown environment 'nope'; installed: toy-env"):
+    with pytest.raises(RegistryError, match=r"unknown environment 'nope'; installed: toy-env$"):
         host.registry.get("environment", "nope")
+    with pytest.raises(RegistryError, match=r"unknown policy 'nope'; installed: hf, toy-policy"):
+        host.registry.get("policy", "nope")
+
+
+def test_unknown_kind_is_a_registry_error():
+    for call in (lambda r: r.get("model", "x"), lambda r: r.names("model")):
+        with pytest.raises(RegistryError, match="unknown component kind 'model'"):
+            call(Registry())
 
 
 def test_config_must_be_a_pydantic_model():
@@ -72,47 +114,119 @@ def test_config_must_be_a_pydantic_model():
         def agentgym_register_algorithms(self, register):
             register("bad", dict, config=dict)
 
-    with pytest.raises(RegistryError, match="pydantic"):
+    with pytest.raises(RegistryError, match=r"algorithm 'bad' from <inline bad>.*pydantic"):
         PluginHost({"bad": Bad()}, load_entry_points=False)
 
 
-def test_misspelled_hook_fails_loudly():
+# -- loud failures at load -----------------------------------------------------------
+
+
+def _typo_class():
     class Typo:
         @hookimpl
         def agentgym_register_enviroments(self, register):
             register("x", dict, config=Options)
 
+    return Typo()
+
+
+def _typo_module():
+    module = types.ModuleType("typo_plugin")
+
+    @hookimpl
+    def agentgym_register_enviroments(register):
+        register("x", dict, config=Options)
+
+    module.agentgym_register_enviroments = agentgym_register_enviroments
+    return module
+
+
+@pytest.mark.parametrize("make", [_typo_class, _typo_module], ids=["class", "module"])
+def test_misspelled_hook_fails_check_pending(make):
     with pytest.raises(pluggy.PluginValidationError, match="agentgym_register_enviroments"):
-        PluginHost({"typo": Typo()}, load_entry_points=False)
+        PluginHost({"typo": make()}, load_entry_points=False)
 
 
-def _installed() -> list[str]:
-    return sorted(ep.name for ep in md.entry_points(group=ENTRY_POINT_GROUP))
+def test_hook_without_hookimpl_fails_loudly():
+    class Forgot:
+        def agentgym_after_update(self, step, metrics):
+            raise AssertionError("never called")
+
+    with pytest.raises(
+        pluggy.PluginValidationError,
+        match=r"'forgot' defines \['agentgym_after_update'\] without @agentgym",
+    ):
+        PluginHost({"forgot": Forgot()}, load_entry_points=False)
+
+
+def test_two_entry_points_with_one_name_fail(monkeypatch):
+    twins = [
+        md.EntryPoint("twin", value, ENTRY_POINT_GROUP)
+        for value in ("agentgym_core.types", "agentgym_core.registry")
+    ]
+    monkeypatch.setattr(plugins, "md", types.SimpleNamespace(entry_points=lambda group: twins))
+    with pytest.raises(RegistryError, match=r"'twin' is declared twice: by agentgym_core.types"):
+        PluginHost()
+
+
+# -- installed entry points --------------------------------------------------------------
 
 
 def test_allow_and_block_installed_plugins(monkeypatch):
-    names = _installed()
-    if len(names) < 2:
-        pytest.skip("needs two installed plugins")
-    monkeypatch.setenv("AGENTGYM_LOAD_PLUGINS", names[0])
-    assert names[0] in PluginHost().plugin_names() and names[1] not in PluginHost().plugin_names()
-    monkeypatch.delenv("AGENTGYM_LOAD_PLUGINS")
-    monkeypatch.setenv("AGENTGYM_DISABLE_PLUGINS", names[0])
-    loaded = PluginHost().plugin_names()
-    assert names[0] not in loaded and names[1] in loaded
+    names = [ep.name for ep in _installed()]
+    if not names:
+        pytest.skip("no agentgym plugin is installed")
+    monkeypatch.delenv("AGENTGYM_DISABLE_PLUGINS", raising=False)
+    monkeypatch.setenv("AGENTGYM_LOAD_PLUGINS", f" {names[0]} ,")
+    assert PluginHost().plugin_names() == sorted([*BUILTIN_PLUGINS, names[0]])
     monkeypatch.setenv("AGENTGYM_LOAD_PLUGINS", "")
-    monkeypatch.delenv("AGENTGYM_DISABLE_PLUGINS")
-    assert PluginHost().plugin_names() == ["agentgym_core.policies.builtin"]
+    assert PluginHost().plugin_names() == sorted(BUILTIN_PLUGINS)
+    monkeypatch.delenv("AGENTGYM_LOAD_PLUGINS")
+    assert set(names) <= set(PluginHost().plugin_names())
+    monkeypatch.setenv("AGENTGYM_DISABLE_PLUGINS", names[0])
+    assert PluginHost().plugin_names() == sorted([*BUILTIN_PLUGINS, *names[1:]])
+    monkeypatch.setenv("AGENTGYM_LOAD_PLUGINS", ",".join(names))
+    assert names[0] not in PluginHost().plugin_names(), "blocking wins over allowing"
+
+
+def test_installed_plugins_record_their_distribution():
+    host = PluginHost()
+    for ep in _installed():
+        if ep.name in host.plugin_names() and ep.dist is not None:
+            assert host.source(ep.name) == (ep.dist.metadata["Name"], ep.dist.version)
+    assert host.source(BUILTIN_PLUGINS[0])[0] == "agentgym-core"
+
+
+def test_inline_plugin_already_installed_registers_once(agentgym_plugin):
+    installed = _installed()
+    if not installed:
+        pytest.skip("no agentgym plugin is installed")
+    host = agentgym_plugin(installed[0].load(), name="again")
+    assert installed[0].name in host.plugin_names() and "again" not in host.plugin_names()
 
 
 def test_importing_the_core_loads_no_plugin():
-    code = (
-        "import sys, agentgym_core, agentgym_core.plugins, agentgym_core.hookspecs;"
-        "print(sorted(m for m in sys.modules if m.startswith('agentgym_') and"
-        " not m.startswith('agentgym_core')))"
+    code = """if True:
+        import importlib.metadata as md, json, sys
+        import agentgym_core, agentgym_core.hookspecs, agentgym_core.plugins
+        import agentgym_core.registry, agentgym_core.testing, agentgym_core.testing.pytest_plugin
+        mods = {ep.module for ep in md.entry_points(group="agentgym")}
+        mods |= {m.split(".")[0] for m in mods}
+        before = sorted(m for m in mods if m in sys.modules)
+        agentgym_core.plugins.PluginHost()
+        after = sorted(m for m in mods if m in sys.modules)
+        print(json.dumps({"mods": sorted(mods), "before": before, "after": after}))
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGYM_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    seen = json.loads(out.stdout)
+    assert seen["before"] == []
+    assert seen["after"] == seen["mods"], "PluginHost() should load every entry point"
+
+
+# -- lifecycle hooks ---------------------------------------------------------------
 
 
 def test_lifecycle_hooks_reach_plugins(tmp_path: Path):
@@ -121,7 +235,7 @@ def test_lifecycle_hooks_reach_plugins(tmp_path: Path):
     class Recorder:
         @hookimpl
         def agentgym_after_rollout(self, step, batch, metrics):
-            calls.append(("rollout", step, len(batch), dict(metrics)))
+            calls.append(("rollout", step, batch, dict(metrics)))
 
         @hookimpl
         def agentgym_after_update(self, step, metrics):
@@ -135,17 +249,89 @@ def test_lifecycle_hooks_reach_plugins(tmp_path: Path):
         def agentgym_on_checkpoint(self, step, path):
             calls.append(("checkpoint", step, path))
 
+    batch = TrajectoryBatch([])
     host = PluginHost({"recorder": Recorder()}, load_entry_points=False)
-    host.after_rollout(3, TrajectoryBatch([]), {"rollout/success_rate": 0.5})
+    host.after_rollout(3, batch, {"rollout/success_rate": 0.5})
     host.after_update(3, {"train/loss": 1.0})
     host.after_evaluation(4, "test", {"success_rate": 0.25})
     host.on_checkpoint(4, tmp_path)
     assert calls == [
-        ("rollout", 3, 0, {"rollout/success_rate": 0.5}),
+        ("rollout", 3, batch, {"rollout/success_rate": 0.5}),
         ("update", 3, {"train/loss": 1.0}),
         ("evaluation", 4, "test", {"success_rate": 0.25}),
         ("checkpoint", 4, tmp_path),
     ]
+    assert calls[0][2] is batch
     host.unregister("recorder")
     host.after_update(5, {})
     assert len(calls) == 4
+
+
+def test_a_hook_may_take_fewer_arguments():
+    steps = []
+
+    class Light:
+        @hookimpl
+        def agentgym_after_update(self, step):
+            steps.append(step)
+
+    PluginHost({"light": Light()}, load_entry_points=False).after_update(7, {"x": 1.0})
+    assert steps == [7]
+
+
+# -- the test kit's fixtures -----------------------------------------------------
+
+
+def test_agentgym_plugin_fixture_cleans_up_after_a_failing_test(pytester):
+    pytester.makepyfile(
+        """
+        from pydantic import BaseModel
+        from agentgym_core import hookimpl
+
+        class Opts(BaseModel):
+            pass
+
+        class Mine:
+            @hookimpl
+            def agentgym_register_environments(self, register):
+                register("mine", dict, config=Opts)
+
+        HOSTS = []
+
+        def test_uses_it(agentgym_plugin):
+            host = agentgym_plugin(Mine(), name="mine")
+            HOSTS.append(host)
+            assert host.registry.get("environment", "mine").distribution == "<inline mine>"
+            assert "mine" in host.plugin_names()
+            raise AssertionError("fails on purpose: teardown must still unregister")
+
+        def test_it_was_unregistered(agentgym_host):
+            assert "mine" not in HOSTS[0].plugin_names()
+            assert "mine" not in agentgym_host.plugin_names()
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1, failed=1)
+
+
+def test_agentgym_host_fixture_loads_the_installed_plugins(agentgym_host):
+    loaded = agentgym_host.plugin_names()
+    assert set(BUILTIN_PLUGINS) <= set(loaded)
+    blocked = {n for n in os.environ.get("AGENTGYM_DISABLE_PLUGINS", "").split(",") if n}
+    if "AGENTGYM_LOAD_PLUGINS" not in os.environ:
+        assert {ep.name for ep in _installed()} - blocked <= set(loaded)
+
+
+def test_tiny_model_dir_fixture_loads_offline(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Your goal: go to the red ball."}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    logits = model(input_ids=torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), model.config.vocab_size)

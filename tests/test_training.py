@@ -25,8 +25,14 @@ def _config(tmp_path: Path, model: Path, out: str, **trainer) -> Path:
         "algorithm": {"name": "grpo"},
         "scheduler": {"name": "fixed", "max_turns": 2},
         "rollout": {"max_context_tokens": 768, "concurrency": 16},
-        "trainer": {"steps": 4, "tasks_per_step": 4, "group_size": 4, "lr": 1e-3,
-                    "checkpoint_every": 2, **trainer},
+        "trainer": {
+            "steps": 4,
+            "tasks_per_step": 4,
+            "group_size": 4,
+            "lr": 1e-3,
+            "checkpoint_every": 2,
+            **trainer,
+        },
         "tracking": {"log_trajectories": 2},
     }
     path = tmp_path / f"{out}.yaml"
@@ -40,7 +46,9 @@ def babyai_model(tmp_path_factory) -> Path:
 
     env = BabyAIEnv(BabyAIConfig(levels=["GoToObj", "PickupDist"], list_actions=False))
     texts = env_corpus(env, env.tasks("train")[:60], max_turns=4)
-    return init_model(texts, tmp_path_factory.mktemp("babyai-model"), TinyModelConfig(vocab_size=400))
+    return init_model(
+        texts, tmp_path_factory.mktemp("babyai-model"), TinyModelConfig(vocab_size=400)
+    )
 
 
 def _train(path: Path, host: PluginHost, *overrides: str):
@@ -59,7 +67,9 @@ def test_resume_continues_exactly(tmp_path, babyai_model):
     keys = ["rollout/success_rate", "rollout/reward_mean", "rollout/generated_tokens", "train/loss"]
     for step in (2, 3):
         for key in keys:
-            assert resumed.history[step][key] == pytest.approx(straight.history[step][key], abs=1e-6)
+            assert resumed.history[step][key] == pytest.approx(
+                straight.history[step][key], abs=1e-6
+            )
     a = AutoModelForCausalLM.from_pretrained(straight.checkpoint).state_dict()
     b = AutoModelForCausalLM.from_pretrained(resumed.checkpoint).state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
@@ -77,10 +87,22 @@ def test_short_run_beats_the_untrained_model(tmp_path, babyai_model):
     from agentgym_core.run.pipeline import run_eval_stage
 
     host = PluginHost()
-    path = _config(tmp_path, babyai_model, "learn", steps=25, tasks_per_step=8, group_size=8,
-                   lr=2e-3, checkpoint_every=0)
-    overrides = ["env.levels=[GoToObj]", "eval.num_tasks=80", "eval.max_turns=2",
-                 "env.instruction=Reach the goal."]
+    path = _config(
+        tmp_path,
+        babyai_model,
+        "learn",
+        steps=25,
+        tasks_per_step=8,
+        group_size=8,
+        lr=2e-3,
+        checkpoint_every=0,
+    )
+    overrides = [
+        "env.levels=[GoToObj]",
+        "eval.num_tasks=80",
+        "eval.max_turns=2",
+        "env.instruction=Reach the goal.",
+    ]
     resolved = load_config(path, overrides, host.registry)
     before, _ = run_eval_stage(resolved, host, babyai_model)
     trained = TrainStage(resolved, host).run(show_progress=False)

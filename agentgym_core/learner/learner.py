@@ -113,6 +113,8 @@ class Learner:
         if reference is not None:
             reference.eval().requires_grad_(False)
         self._shuffle = random.Random(settings.seed)
+        self._on_policy = True
+        self._drift, self._drift_tokens = 0.0, 0
 
     @property
     def unwrapped(self) -> Any:
@@ -130,6 +132,9 @@ class Learner:
         weight = 0.0
         slots = real = 0
         steps = 0
+        self._on_policy = self.settings.epochs == 1 and self.settings.mini_batches == 1
+        self._drift, self._drift_tokens = 0.0, 0
+        drift = None if self._on_policy else self._recompute_old_logprobs(trainable)
         for _ in range(self.settings.epochs):
             for mini in self._mini_batches(trainable):
                 metrics, tokens, mb_slots, mb_real = self._optimizer_step(mini)
@@ -139,6 +144,9 @@ class Learner:
                 slots, real = slots + mb_slots, real + mb_real
                 steps += 1
         result = {k: v / max(weight, 1.0) for k, v in sums.items()}
+        if drift is None:
+            drift = self._drift / max(self._drift_tokens, 1)
+        result["sampler_logprob_diff"] = drift
         result["padding_fraction"] = 1.0 - real / max(slots, 1)
         result["optimizer_steps"] = float(steps)
         result["lr"] = self.scheduler.get_last_lr()[0]
@@ -195,16 +203,45 @@ class Learner:
             self.accelerator.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         )
 
+    @torch.no_grad()
+    def _recompute_old_logprobs(self, trajectories: list[Trajectory]) -> float:
+        """Replace the sampler's log-probabilities by the learner's; returns their mean |diff|.
+
+        Several optimizer steps per batch need fixed "old" log-probabilities. The
+        learner's own make the update a deterministic function of the sampled
+        tokens (the sampler's vary in the last bits with how requests were batched).
+        """
+        diff, count = 0.0, 0
+        for traj in trajectories:
+            (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=len(traj.token_ids))
+            logprobs, _ = token_logprobs(self.model, mb, self.settings.temperature)
+            mask = mb.mask[0].bool()
+            fresh = torch.zeros(len(traj.token_ids))
+            fresh[1:][mask[:-1]] = logprobs[0, :-1][mask[:-1]].float().cpu()
+            diff += float((fresh[1:][mask[:-1]] - mb.old_logprobs[0, :-1][mask[:-1]]).abs().sum())
+            count += int(mask.sum())
+            traj.logprobs = fresh.tolist()
+        return diff / max(count, 1)
+
     def _loss_inputs(self, mb: MicroBatch, normalizer: float) -> LossInputs:
         logprobs, entropy = token_logprobs(self.model, mb, self.settings.temperature)
         device = logprobs.device
+        sampler = mb.old_logprobs.to(device)
+        # One optimizer step per batch is exactly on-policy: the ratio's value is 1 and its
+        # gradient that of log pi. Using the learner's own values keeps the update a
+        # deterministic function of the tokens; the sampler's are only compared.
+        old = logprobs.detach() if self._on_policy else sampler
+        if self._on_policy:
+            mask = mb.mask.to(device)
+            self._drift += float(((old - sampler).abs() * mask).sum())
+            self._drift_tokens += int(mask.sum())
         ref = None
         if self.reference is not None:
             with torch.no_grad():
                 ref, _ = token_logprobs(self.reference, mb, self.settings.temperature)
         return LossInputs(
             logprobs=logprobs,
-            old_logprobs=mb.old_logprobs.to(device),
+            old_logprobs=old,
             advantages=mb.advantages.to(device),
             mask=mb.mask.to(device),
             entropy=entropy,

@@ -14,8 +14,8 @@ from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import evaluate_model
 from agentgym_core.run.train import TrainStage, eval_settings
 from agentgym_core.tracking.console import format_table
-from agentgym_core.types import Trajectory
 from agentgym_core.tracking.mlflow_tracker import MlflowTracker, sqlite_uri
+from agentgym_core.types import Trajectory
 
 
 @dataclass

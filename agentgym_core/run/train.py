@@ -84,8 +84,13 @@ class TrainStage:
         needed = self.components.algorithm.needs.group_size
         if self.root.trainer.group_size < needed:
             raise ConfigError(
-                [Problem("trainer.group_size", f"{self.root.algorithm.name} needs at least "
-                         f"{needed} samples per task (got {self.root.trainer.group_size})")],
+                [
+                    Problem(
+                        "trainer.group_size",
+                        f"{self.root.algorithm.name} needs at least "
+                        f"{needed} samples per task (got {self.root.trainer.group_size})",
+                    )
+                ],
                 str(resolved.source) if resolved.source else None,
             )
 

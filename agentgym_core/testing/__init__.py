@@ -1,5 +1,10 @@
-"""Test kit for plugin authors: `check_environment` and pytest fixtures (see `pytest_plugin`)."""
+"""Test kit for plugin authors, in the spirit of tox's `tox.pytest` and Gymnasium's `check_env`.
 
-from agentgym_core.testing.checks import EnvironmentCheckError, check_environment
+`check_environment` checks an Environment plugin against the protocol; the
+pytest fixtures (`agentgym_plugin`, `agentgym_host`, `tiny_model_dir`) load
+automatically through the `pytest11` entry point once agentgym-core is installed.
+"""
 
-__all__ = ["EnvironmentCheckError", "check_environment"]
+from agentgym_core.testing.checks import CHECKS, EnvironmentCheckError, check_environment
+
+__all__ = ["CHECKS", "EnvironmentCheckError", "check_environment"]

@@ -15,7 +15,11 @@ def known_levels() -> tuple[str, ...]:
     import gymnasium as gym
     import minigrid  # noqa: F401 - registers the BabyAI levels
 
-    names = {env_id[len("BabyAI-") :].rsplit("-v", 1)[0] for env_id in gym.registry if env_id.startswith("BabyAI-")}
+    names = {
+        env_id[len("BabyAI-") :].rsplit("-v", 1)[0]
+        for env_id in gym.registry
+        if env_id.startswith("BabyAI-")
+    }
     return tuple(sorted(names))
 
 

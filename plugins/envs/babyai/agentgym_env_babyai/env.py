@@ -29,7 +29,8 @@ INSTRUCTION = """You are an agent in a grid world with a goal. Each turn, answer
 - go to <obj> <id>: walk next to the object and face it
 - pick up <obj> <id>: go to the object and pick it up
 - go through <door> <id>: the door must be open
-- toggle and go through <door> <id>: open a closed or locked door and go through it; a locked door needs the key of its colour
+- toggle and go through <door> <id>: open a closed or locked door and go through it
+  (a locked door needs the key of its colour)
 - toggle: open the door or box right in front of you
 - drop: put down what you carry in front of you, or beside the object in front of you
 - check available actions"""
@@ -137,11 +138,15 @@ class BabyAIEnv:
             return StepResult(self._observe(goal=False), 0.0, False, info={"success": False})
         if action not in self._actions(visible(self.unwrapped, self.things)):
             note = NOT_RECOGNIZED
-            return StepResult(self._observe(goal=False, note=note), 0.0, False, info={"success": False})
+            return StepResult(
+                self._observe(goal=False, note=note), 0.0, False, info={"success": False}
+            )
         plan = self._plan(action)
         if plan is None:
             note = f"You cannot {action} from here."
-            return StepResult(self._observe(goal=False, note=note), 0.0, False, info={"success": False})
+            return StepResult(
+                self._observe(goal=False, note=note), 0.0, False, info={"success": False}
+            )
         return self._execute(plan)
 
     def _execute(self, plan: list[int]) -> StepResult:
@@ -156,7 +161,10 @@ class BabyAIEnv:
         self.success = self.done and reward > 0
         text = "The task is completed." if self.success else self._observe(goal=False)
         return StepResult(
-            text, reward, self.done, truncated=truncated and not self.success,
+            text,
+            reward,
+            self.done,
+            truncated=truncated and not self.success,
             info={"success": self.success, "primitive_steps": len(plan)},
         )
 

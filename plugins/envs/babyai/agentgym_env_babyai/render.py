@@ -61,11 +61,15 @@ def observation(
     if note:
         lines.append(note)
     if seen:
-        lines.append("You see: " + ", ".join(f"{describe(t)} {where(env, t.pos)}" for t in seen) + ".")
+        lines.append(
+            "You see: " + ", ".join(f"{describe(t)} {where(env, t.pos)}" for t in seen) + "."
+        )
     else:
         lines.append("You see: nothing.")
     carrying = env.carrying
-    lines.append(f"You carry: {carrying.color} {carrying.type}." if carrying else "You carry: nothing.")
+    lines.append(
+        f"You carry: {carrying.color} {carrying.type}." if carrying else "You carry: nothing."
+    )
     lines.append(ahead(env))
     if actions is not None:
         lines.append("Available actions: " + json.dumps(actions))
