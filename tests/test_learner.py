@@ -61,9 +61,9 @@ def test_constraints_restrict_the_recomputed_distribution(tiny_model):
     (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=1000)
     with torch.no_grad():
         logprobs, entropy = token_logprobs(model, mb, 1.0)
-    two = torch.log_softmax(
-        model(torch.tensor([traj.token_ids])).logits[0, 8, [traj.token_ids[9], 5]], -1
-    )
+    with torch.no_grad():
+        logits = model(torch.tensor([traj.token_ids])).logits
+    two = torch.log_softmax(logits[0, 8, [traj.token_ids[9], 5]], -1)
     assert float(logprobs[0, 8]) == pytest.approx(float(two[0]), abs=1e-5)
     assert float(entropy[0, 8]) <= torch.log(torch.tensor(2.0)) + 1e-6
 
