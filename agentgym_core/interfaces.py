@@ -149,7 +149,10 @@ class Algorithm(Protocol):
     needs: AlgorithmNeeds
 
     def advantages(self, batch: TrajectoryBatch) -> None:
-        """Set `advantages` (and `returns` if a critic is used) on each trainable trajectory."""
+        """Set `advantages` (and `returns` if a critic is used) on each trainable trajectory.
+
+        A trajectory left with `advantages = None` is not trained on.
+        """
         ...
 
     def loss(self, inputs: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:

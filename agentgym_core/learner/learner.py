@@ -124,9 +124,11 @@ class Learner:
     def update(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Run every optimizer step for one batch; returns token-weighted mean metrics."""
         start = time.perf_counter()
-        trainable = batch.trainable
+        trainable = [t for t in batch.trainable if t.advantages is not None]
         if not trainable:
-            return {"update/skipped": 1.0}
+            lr = self.scheduler.get_last_lr()[0]
+            self.scheduler.step()  # the lr schedule counts updates, trained on or not
+            return {"skipped": 1.0, "lr": lr}
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weight = 0.0

@@ -39,6 +39,11 @@ class GRPOConfig(BaseModel):
     )
     eps: float = Field(1e-6, gt=0, description="Added to the std before dividing.")
     min_group_size: int = Field(2, ge=2, description="Group size the trainer must provide.")
+    drop_uniform_groups: bool = Field(
+        False,
+        description="Leave out groups whose rewards are all equal (zero advantage), as DAPO's "
+        "dynamic sampling does: they only dilute the token mean and cost learner time.",
+    )
 
 
 def group_advantages(rewards: list[float], *, scale_by_std: bool, eps: float) -> list[float]:
@@ -63,6 +68,8 @@ class GRPO:
     def advantages(self, batch: TrajectoryBatch) -> None:
         """Set per-token advantages: the trajectory's group advantage on every agent token."""
         for group in batch.groups().values():
+            if self.config.drop_uniform_groups and len({t.reward for t in group}) == 1:
+                continue  # advantages stay None: the learner skips these trajectories
             values = group_advantages(
                 [t.reward for t in group],
                 scale_by_std=self.config.scale_by_std,

@@ -113,3 +113,11 @@ def test_entropy_bonus_lowers_loss():
 def test_reference_needed_only_with_kl():
     assert not GRPO(GRPOConfig()).needs.reference
     assert GRPO(GRPOConfig(kl_coef=0.05)).needs.reference
+
+
+def test_uniform_groups_can_be_dropped():
+    batch = TrajectoryBatch([_traj(0, 1.0), _traj(0, 1.0), _traj(1, 1.0), _traj(1, 0.0)])
+    GRPO(GRPOConfig(drop_uniform_groups=True)).advantages(batch)
+    assert [t.advantages is None for t in batch] == [True, True, False, False]
+    GRPO(GRPOConfig()).advantages(batch)
+    assert batch.trajectories[0].advantages == [0.0] * 6
