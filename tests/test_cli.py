@@ -136,3 +136,19 @@ def test_expert_data_is_agenttraj(tmp_path):
     assert turns[1] == {"from": "gpt", "loss": False, "value": "Ok."}
     assert all(t["loss"] is True for t in turns[3:] if t["from"] == "gpt")
     assert all(t["loss"] is None for t in turns if t["from"] == "human")
+
+
+def test_shipped_eval_config_runs_without_scheduler_or_algorithm(tmp_path, model_dir):
+    config = Path(__file__).resolve().parent.parent / "configs" / "babyai-eval.yaml"
+    result = agentgym(
+        "eval",
+        str(config),
+        f"model.path={model_dir}",
+        f"run.output_dir={tmp_path}",
+        "eval.num_tasks=3",
+        "eval.k=2",
+        "eval.max_turns=2",
+        "env.levels=[GoToObj]",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "avg@2" in result.stdout and "GoToObj" in result.stdout

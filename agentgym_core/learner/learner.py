@@ -214,6 +214,7 @@ class Learner:
         tokens (the sampler's vary in the last bits with how requests were batched).
         """
         diff, count = 0.0, 0
+        self.model.eval()  # as the sampler ran: no dropout in the fixed "old" values
         for traj in trajectories:
             (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=len(traj.token_ids))
             logprobs, _ = token_logprobs(self.model, mb, self.settings.temperature)
@@ -223,6 +224,7 @@ class Learner:
             diff += float((fresh[1:][mask[:-1]] - mb.old_logprobs[0, :-1][mask[:-1]]).abs().sum())
             count += int(mask.sum())
             traj.logprobs = fresh.tolist()
+        self.model.train()
         return diff / max(count, 1)
 
     def _loss_inputs(self, mb: MicroBatch, normalizer: float) -> LossInputs:

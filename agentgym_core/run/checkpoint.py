@@ -10,6 +10,7 @@ checkpoint behind.
 from __future__ import annotations
 
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     root = output_dir / "checkpoints"
     if not root.is_dir():
         return None
-    done = sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
+    done = _complete(root)
     return done[-1] if done else None
 
 
@@ -86,3 +87,14 @@ def prune_checkpoints(output_dir: Path, keep: int | None) -> None:
     )
     for old in done[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _complete(root: Path) -> list[Path]:
+    """Finished checkpoint folders, oldest first (never a `.tmp` left by a crash)."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        p
+        for p in root.iterdir()
+        if re.fullmatch(r"step-\d{6}", p.name) and (p / STATE_FILE).is_file()
+    )

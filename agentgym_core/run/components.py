@@ -61,16 +61,15 @@ class Components:
     """The plugin-provided parts of a run."""
 
     env_factory: Callable[[], Environment]
-    scheduler: HorizonScheduler
-    algorithm: Any
+    scheduler: HorizonScheduler | None
+    """None in evaluation-only configs (they set `eval.max_turns`)."""
+    algorithm: Any | None
     policy_factory: Callable[..., Policy]
 
 
 def build_components(resolved: Any) -> Components:
     """Instantiate scheduler and algorithm; return factories for envs and the policy."""
     env_reg, env_cfg = resolved.components["env"]
-    sched_reg, sched_cfg = resolved.components["scheduler"]
-    algo_reg, algo_cfg = resolved.components["algorithm"]
     policy_reg, policy_cfg = resolved.components["policy"]
 
     def env_factory() -> Environment:
@@ -81,7 +80,15 @@ def build_components(resolved: Any) -> Components:
 
     return Components(
         env_factory=env_factory,
-        scheduler=sched_reg.factory(sched_cfg),
-        algorithm=algo_reg.factory(algo_cfg),
+        scheduler=_instantiate(resolved, "scheduler"),
+        algorithm=_instantiate(resolved, "algorithm"),
         policy_factory=policy_factory,
     )
+
+
+def _instantiate(resolved: Any, block: str) -> Any | None:
+    """The component of `block`, or None when the config leaves it out."""
+    if block not in resolved.components:
+        return None
+    registration, options = resolved.components[block]
+    return registration.factory(options)

@@ -34,7 +34,6 @@ def _tracker(resolved: Any, stage_name: str, store_dir: Path) -> MlflowTracker:
     root = resolved.root
     run_dir = Path(root.run.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    id_file = run_dir / "mlflow_run_id"
     return MlflowTracker(
         run_dir,
         uri=root.tracking.uri or sqlite_uri(store_dir / "mlflow.db"),
@@ -43,7 +42,8 @@ def _tracker(resolved: Any, stage_name: str, store_dir: Path) -> MlflowTracker:
         params=resolved.to_dict(),
         log_trajectories=root.tracking.log_trajectories,
         traces=root.tracking.traces,
-        resume_run_id=id_file.read_text().strip() if id_file.is_file() else None,
+        resume=root.trainer.resume,
+        tags=root.tracking.tags,
     )
 
 

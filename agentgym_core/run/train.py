@@ -143,7 +143,7 @@ class TrainStage:
                     prune_checkpoints(self.output_dir, trainer.keep_checkpoints)
                     self.host.on_checkpoint(done, checkpoint)
                 if trainer.eval_every and done % trainer.eval_every == 0:
-                    self._evaluate(done, engine)
+                    self._evaluate(done, engine, history)
         finally:
             progress.close()
             engine.close()
@@ -198,8 +198,10 @@ class TrainStage:
         metrics["step_seconds"] = time.perf_counter() - start
         return metrics
 
-    def _evaluate(self, step: int, engine: RolloutEngine) -> dict[str, float]:
-        settings = eval_settings(self.root, self.components, steps=step)
+    def _evaluate(
+        self, step: int, engine: RolloutEngine, history: list[dict[str, float]]
+    ) -> dict[str, float]:
+        settings = eval_settings(self.root, self.components, steps=step, history=history)
         tasks = evaluation_tasks(self.components.env_factory, settings.split, settings.num_tasks)
         rollout = rollout_settings(self.root, max_turns=settings.max_turns, seed=self.root.run.seed)
         metrics, _ = run_evaluation(engine, tasks, settings, rollout)
@@ -218,10 +220,18 @@ def check_trainable(resolved: Any) -> None:
         raise ConfigError(problems, str(resolved.source) if resolved.source else None)
 
 
-def eval_settings(root: Any, components: Components, *, steps: int) -> EvalSettings:
+def eval_settings(
+    root: Any,
+    components: Components,
+    *,
+    steps: int,
+    history: list[dict[str, float]] | None = None,
+) -> EvalSettings:
     """Eval settings from the `eval` block; the horizon defaults to the scheduler's at `steps`."""
     block = root.eval
-    max_turns = block.max_turns or components.scheduler.max_turns(max(steps - 1, 0), [])
+    max_turns = block.max_turns
+    if max_turns is None:
+        max_turns = components.scheduler.max_turns(max(steps - 1, 0), history or [])
     return EvalSettings(
         split=block.split,
         num_tasks=block.num_tasks,
