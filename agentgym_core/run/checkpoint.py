@@ -82,9 +82,7 @@ def prune_checkpoints(output_dir: Path, keep: int | None) -> None:
     """Delete all but the newest `keep` complete checkpoints (None keeps all)."""
     if keep is None:
         return
-    done = sorted(
-        p for p in (output_dir / "checkpoints").glob("step-*") if (p / STATE_FILE).is_file()
-    )
+    done = _complete(output_dir / "checkpoints")
     for old in done[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
