@@ -9,10 +9,9 @@ from typing import Any
 
 from agentgym_core.config.stages import expand_stages
 from agentgym_core.plugins import PluginHost
-from agentgym_core.rollout.engine import RolloutSettings
 from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import evaluate_model
-from agentgym_core.run.train import TrainStage, eval_settings
+from agentgym_core.run.train import TrainStage, eval_settings, rollout_settings
 from agentgym_core.tracking.console import format_table
 from agentgym_core.tracking.mlflow_tracker import MlflowTracker, sqlite_uri
 from agentgym_core.types import Trajectory
@@ -55,14 +54,8 @@ def run_eval_stage(
     components = build_components(resolved)
     settings = eval_settings(root, components, steps=root.trainer.steps)
     model, tokenizer = load_configured_model(root.model, model_path)
-    rollout = RolloutSettings(
-        max_turns=settings.max_turns,
-        max_context_tokens=root.rollout.max_context_tokens,
-        max_new_tokens=root.rollout.max_new_tokens,
-        constrained=root.rollout.constrained,
-        env_timeout_s=root.rollout.env_timeout_s,
-        concurrency=root.rollout.concurrency,
-    )
+    # run_evaluation takes temperature, greedy and seed from `settings`, the rest from here
+    rollout = rollout_settings(root, max_turns=settings.max_turns, seed=root.run.seed)
     metrics, trajectories = evaluate_model(
         model, tokenizer, components, settings, rollout, env_threads=root.rollout.env_threads
     )
