@@ -171,3 +171,117 @@ def test_prefix_cache_reuses_turns_without_changing_samples(tiny_model):
     assert stats.reused_tokens > stats.computed_tokens  # later turns mostly come from the cache
     assert len(stats) == 0  # every finished episode released its state
     assert plain.policy.cache.reused_tokens == 0
+
+
+def test_env_timeout_counts_running_time_not_queueing(tiny_model):
+    """Four 0.3 s steps through one env thread: each fits a 0.5 s timeout although they queue."""
+    model, tokenizer = tiny_model
+    policy = HFPolicy(HFPolicyConfig(), model=model, tokenizer=tokenizer)
+    engine = RolloutEngine(
+        lambda: ColourEnv(slow_tasks=range(4), delay=0.3),
+        policy,
+        ChatFormat(tokenizer, model.generation_config),
+        env_threads=1,
+    )
+    out = engine.run(_episodes(4, 1), RolloutSettings(max_turns=1, env_timeout_s=0.5, seed=0))
+    assert Termination.ENV_ERROR not in {t.termination for t in out}
+    assert engine.env_seconds >= 4 * 0.3
+
+
+class _HangingEnv(ColourEnv):
+    """Task 0's step blocks until `release` is set; records closes."""
+
+    def __init__(self, release, closed):
+        super().__init__(never_done=True)
+        self.release, self.closed = release, closed
+
+    def step(self, action):
+        if self.task == 0:
+            self.release.wait()
+        return super().step(action)
+
+    def close(self):
+        self.closed.append(self.task)
+
+
+def test_hung_env_frees_its_slot_and_is_closed_once_it_returns(tiny_model):
+    import threading
+
+    release, closed = threading.Event(), []
+    model, tokenizer = tiny_model
+    policy = HFPolicy(HFPolicyConfig(), model=model, tokenizer=tokenizer)
+    engine = RolloutEngine(
+        lambda: _HangingEnv(release, closed),
+        policy,
+        ChatFormat(tokenizer, model.generation_config),
+        env_threads=1,
+    )
+    out = engine.run(_episodes(3, 1), RolloutSettings(max_turns=2, env_timeout_s=0.3, seed=0))
+    assert out[0].termination == Termination.ENV_ERROR and "longer than 0.3" in out[0].error
+    assert [t.termination for t in out[1:]] == [Termination.HORIZON] * 2
+    assert closed == []  # never closed under a call that is still running
+    release.set()
+    deadline = time.perf_counter() + 5
+    while not closed and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert closed == [0]
+    engine.close()
+
+
+def test_policy_failure_stops_the_rollout_instead_of_blaming_the_env(tiny_model):
+    from agentgym_core.rollout.engine import PolicyError
+
+    engine = _engine(tiny_model)
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    engine.policy.generate = broken
+    with pytest.raises(PolicyError, match="CUDA out of memory"):
+        engine.run(_episodes(2, 1), RolloutSettings(max_turns=2, seed=0))
+
+
+class _LongActionEnv(ColourEnv):
+    def valid_actions(self):
+        return [f"go to {c} ball " + "and then wait " * 6 for c in self.options]
+
+
+def test_constrained_actions_longer_than_max_new_tokens_respect_the_context_budget(tiny_model):
+    model, tokenizer = tiny_model
+    chat = ChatFormat(tokenizer, model.generation_config)
+    probe = _LongActionEnv()
+    probe.reset(0)
+    longest = max(len(chat.action_ids(a)) for a in probe.valid_actions())
+    engine = _engine(tiny_model, lambda: _LongActionEnv(never_done=True))
+    out = engine.run(
+        _episodes(3, 1),
+        RolloutSettings(max_turns=50, max_new_tokens=4, max_context_tokens=110, seed=0),
+    )
+    assert longest > 4 and all(t.prompt_length + 4 <= 110 for t in out)
+    assert all(len(t.token_ids) <= 110 for t in out)
+    assert {t.termination for t in out} == {Termination.CONTEXT_BUDGET}
+
+
+def test_env_pool_close_closes_every_instance_even_when_one_fails():
+    from agentgym_core.rollout.engine import EnvPool
+
+    closed = []
+
+    class Env(ColourEnv):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def close(self):
+            closed.append(self.name)
+            if self.name == "b":
+                raise RuntimeError("b failed to close")
+
+    names = iter("abc")
+    pool = EnvPool(lambda: Env(next(names)))
+    envs = [pool.acquire() for _ in range(3)]
+    for env in envs:
+        pool.release(env)
+    with pytest.raises(RuntimeError, match="b failed"):
+        pool.close()
+    assert sorted(closed) == ["a", "b", "c"]

@@ -10,6 +10,7 @@ explicit position ids, so no token moves.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -39,11 +40,16 @@ class Prefill:
 
 
 class PrefixCache:
-    """Per-session KV store with least-recently-used eviction."""
+    """Per-session KV store with least-recently-used eviction.
+
+    Thread-safe: the generation thread looks up and stores entries while the
+    event loop releases finished episodes' sessions.
+    """
 
     def __init__(self, max_sessions: int = 4096) -> None:
         self.max_sessions = max_sessions
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        self._lock = threading.Lock()
         self.reused_tokens = 0
         self.computed_tokens = 0
 
@@ -52,23 +58,28 @@ class PrefixCache:
 
     def release(self, session: Hashable) -> None:
         """Forget a session (its episode ended)."""
-        self._entries.pop(session, None)
+        with self._lock:
+            self._entries.pop(session, None)
 
     def clear(self) -> None:
         """Forget everything (weights changed: every cached key is stale)."""
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def lookup(self, session: Hashable | None, prompt: Sequence[int]) -> Entry | None:
         """The session's entry if its tokens are a strict prefix of `prompt`."""
-        entry = self._entries.get(session) if session is not None else None
-        if entry is None:
+        if session is None:
             return None
-        n = len(entry.token_ids)
-        if n >= len(prompt) or list(prompt[:n]) != entry.token_ids:
-            self._entries.pop(session, None)
-            return None
-        self._entries.move_to_end(session)
-        return entry
+        with self._lock:
+            entry = self._entries.get(session)
+            if entry is None:
+                return None
+            n = len(entry.token_ids)
+            if n >= len(prompt) or list(prompt[:n]) != entry.token_ids:
+                self._entries.pop(session, None)
+                return None
+            self._entries.move_to_end(session)
+            return entry
 
     def prefill(
         self, prompts: Sequence[Sequence[int]], entries: Sequence[Entry | None], pad_id: int
@@ -123,7 +134,8 @@ class PrefixCache:
             (layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
             for layer in cache.layers
         ]
-        self._entries[session] = Entry(list(token_ids), layers)
-        self._entries.move_to_end(session)
-        while len(self._entries) > self.max_sessions:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[session] = Entry(list(token_ids), layers)
+            self._entries.move_to_end(session)
+            while len(self._entries) > self.max_sessions:
+                self._entries.popitem(last=False)

@@ -23,7 +23,15 @@ from agentgym_core.types import Termination, Trajectory, Turn
 
 
 class EnvCallTimeout(TimeoutError):
-    """An environment call exceeded `env_timeout_s`."""
+    """An environment call ran longer than `env_timeout_s`; `pending` is the still-running call."""
+
+    def __init__(self, message: str, pending: concurrent.futures.Future) -> None:
+        super().__init__(message)
+        self.pending = pending
+
+
+class PolicyError(RuntimeError):
+    """Generation failed. Not an environment fault, so it stops the run instead of one episode."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,62 @@ class EpisodeSpec:
     sample: int = 0
 
 
+class EnvThreads:
+    """Runs environment calls in threads: at most `size` at once, each timed from when it starts.
+
+    Python cannot stop a thread, so a call that times out keeps its thread but
+    gives up its slot; the executor has spare threads for those, and is replaced
+    once `size` of them are stuck, so hung environments never starve the rest.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.stuck = 0
+        self.seconds = 0.0
+        self._executor = self._new_executor()
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
+
+    def _new_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        return concurrent.futures.ThreadPoolExecutor(2 * self.size, "env")
+
+    def _slots_for(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots, self._slots_loop = asyncio.Semaphore(self.size), loop
+        return self._slots
+
+    async def call(self, timeout_s: float, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in a thread; raises EnvCallTimeout after `timeout_s` of running."""
+        async with self._slots_for(asyncio.get_running_loop()):
+            start = time.perf_counter()
+            pending = self._executor.submit(fn, *args)
+            try:
+                return await asyncio.wait_for(
+                    asyncio.shield(asyncio.wrap_future(pending)), timeout_s
+                )
+            except TimeoutError as error:
+                self._mark_stuck()
+                name = getattr(fn, "__qualname__", fn)
+                raise EnvCallTimeout(f"{name} took longer than {timeout_s} s", pending) from error
+            finally:
+                self.seconds += time.perf_counter() - start
+
+    def _mark_stuck(self) -> None:
+        self.stuck += 1
+        if self.stuck >= self.size:
+            self._executor.shutdown(wait=False)  # stuck threads finish (or not) on their own
+            self._executor, self.stuck = self._new_executor(), 0
+
+    def shutdown(self) -> None:
+        """Stop accepting calls; queued ones are cancelled, running ones finish on their own."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _close_quietly(env: Environment) -> None:
+    with contextlib.suppress(Exception):  # already failing; closing is best effort
+        env.close()
+
+
 class EnvPool:
     """Reusable environment instances; a broken one is closed and replaced."""
 
@@ -65,18 +129,20 @@ class EnvPool:
         self.created += 1
         return self._factory()
 
-    def release(self, env: Environment, *, broken: bool) -> None:
-        """Return an instance; broken ones are closed, never reused."""
-        if broken:
-            with contextlib.suppress(Exception):  # already failing; closing is best effort
-                env.close()
-        else:
-            self._idle.append(env)
+    def release(self, env: Environment) -> None:
+        """Return a healthy instance for reuse."""
+        self._idle.append(env)
 
     def close(self) -> None:
-        """Close every idle instance."""
+        """Close every idle instance; the first failure is raised after all were tried."""
+        errors = []
         while self._idle:
-            self._idle.pop().close()
+            try:
+                self._idle.pop().close()
+            except Exception as error:  # noqa: BLE001 - re-raised below, after the others
+                errors.append(error)
+        if errors:
+            raise errors[0]
 
 
 class RolloutEngine:
@@ -93,16 +159,24 @@ class RolloutEngine:
         self.pool = EnvPool(env_factory)
         self.policy = policy
         self.chat = chat
-        self._executor = concurrent.futures.ThreadPoolExecutor(env_threads, "env")
+        self.threads = EnvThreads(env_threads)
         self._instructions: dict[int, str] = {}
+        """Keyed by id(env), for live instances only (dropped when an instance is)."""
+        self._action_lengths: dict[str, int] = {}
         self._sessions = itertools.count()
-        self.env_seconds = 0.0
         self.generate_seconds = 0.0
+
+    @property
+    def env_seconds(self) -> float:
+        """Total time spent in environment calls."""
+        return self.threads.seconds
 
     def close(self) -> None:
         """Close environments and threads."""
-        self.pool.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.pool.close()
+        finally:
+            self.threads.shutdown()
 
     def run(self, episodes: Sequence[EpisodeSpec], settings: RolloutSettings) -> list[Trajectory]:
         """Play every episode; returns trajectories in the order of `episodes`."""
@@ -121,36 +195,51 @@ class RolloutEngine:
         return list(await asyncio.gather(*(bounded(spec) for spec in episodes)))
 
     async def _env_call(self, settings: RolloutSettings, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        start = time.perf_counter()
-        try:
-            return await asyncio.wait_for(
-                loop.run_in_executor(self._executor, fn, *args), settings.env_timeout_s
-            )
-        except TimeoutError as error:
-            raise EnvCallTimeout(
-                f"{getattr(fn, '__qualname__', fn)} took longer than {settings.env_timeout_s} s"
-            ) from error
-        finally:
-            self.env_seconds += time.perf_counter() - start
+        return await self.threads.call(settings.env_timeout_s, fn, *args)
 
     async def _episode(self, spec: EpisodeSpec, settings: RolloutSettings) -> Trajectory:
         trajectory = Trajectory(task_id=spec.task_id, group=spec.group)
         env = self.pool.acquire()
-        broken = False
         session = next(self._sessions)
         try:
             await self._play(env, spec, settings, trajectory, session)
+        except PolicyError:
+            await self._discard(env, settings, None)
+            raise
         except Exception as error:  # noqa: BLE001 - infrastructure failure, recorded not raised
-            broken = True
             trajectory.termination = Termination.ENV_ERROR
             trajectory.error = f"{type(error).__name__}: {error}"
+            await self._discard(env, settings, getattr(error, "pending", None))
+        else:
+            self.pool.release(env)
         finally:
-            self.pool.release(env, broken=broken)
             release = getattr(self.policy, "release", None)
             if release is not None:
                 release(session)
         return trajectory
+
+    async def _discard(
+        self,
+        env: Environment,
+        settings: RolloutSettings,
+        pending: concurrent.futures.Future | None,
+    ) -> None:
+        """Close a broken instance off the event loop; a hung one once its call returns."""
+        self._instructions.pop(id(env), None)
+        if pending is not None and not pending.done():
+            pending.add_done_callback(lambda _: _close_quietly(env))
+            return
+        with contextlib.suppress(Exception):
+            await self._env_call(settings, _close_quietly, env)
+
+    def _turn_budget(self, settings: RolloutSettings, allowed: Sequence[str] | None) -> int:
+        """Tokens the next action may take (a constrained action may exceed max_new_tokens)."""
+        if not allowed:
+            return settings.max_new_tokens
+        for action in allowed:
+            if action not in self._action_lengths:
+                self._action_lengths[action] = len(self.chat.action_ids(action))
+        return max(settings.max_new_tokens, *(self._action_lengths[a] for a in allowed))
 
     async def _play(
         self,
@@ -169,12 +258,13 @@ class RolloutEngine:
         self._append(traj, prompt, sampled=False)
         traj.termination = Termination.HORIZON
         for turn in range(settings.max_turns):
-            if len(traj.token_ids) + settings.max_new_tokens > settings.max_context_tokens:
-                traj.termination = Termination.CONTEXT_BUDGET
-                return
             allowed = None
             if settings.constrained:
                 allowed = await self._env_call(settings, env.valid_actions)
+            budget = self._turn_budget(settings, allowed)
+            if len(traj.token_ids) + budget > settings.max_context_tokens:
+                traj.termination = Termination.CONTEXT_BUDGET
+                return
             params = SamplingParams(
                 max_new_tokens=settings.max_new_tokens,
                 temperature=settings.temperature,
@@ -182,9 +272,12 @@ class RolloutEngine:
                 seed=hash((settings.seed, spec.task_id, spec.group, spec.sample, turn)) % (2**62),
             )
             start = time.perf_counter()
-            generation = await self.policy.generate(
-                traj.token_ids, params, allowed, session=session
-            )
+            try:
+                generation = await self.policy.generate(
+                    traj.token_ids, params, allowed, session=session
+                )
+            except Exception as error:
+                raise PolicyError(f"generation failed: {type(error).__name__}: {error}") from error
             self.generate_seconds += time.perf_counter() - start
             start_index = len(traj.token_ids)
             self._append(traj, generation.token_ids, sampled=True, logprobs=generation.logprobs)
