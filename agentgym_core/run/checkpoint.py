@@ -60,6 +60,7 @@ def save_checkpoint(
             "python": random.getstate(),
             "numpy": np.random.get_state(),
             "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         },
         "extra": extra or {},
     }
@@ -75,6 +76,9 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
+    cuda = state["rng"].get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)  # a different GPU count cannot resume bit-exactly anyway
     return state
 
 
