@@ -285,3 +285,30 @@ def test_env_pool_close_closes_every_instance_even_when_one_fails():
     with pytest.raises(RuntimeError, match="b failed"):
         pool.close()
     assert sorted(closed) == ["a", "b", "c"]
+
+
+def test_forced_action_tail_is_appended_without_forward_passes(tiny_model):
+    """Once one allowed action remains, its remaining tokens cost no forward pass; log-prob 0."""
+    import asyncio
+
+    from agentgym_core.interfaces import SamplingParams
+
+    model, tokenizer = tiny_model
+    policy = HFPolicy(HFPolicyConfig(prefix_cache=False), model=model, tokenizer=tokenizer)
+    chat = ChatFormat(tokenizer, model.generation_config)
+    actions = ["go to the red ball and wait there", "turn left"]
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        prompt = chat.prompt_ids("Act.", "You see a red ball.")
+        params = SamplingParams(max_new_tokens=4, greedy=True)
+        generation = asyncio.run(policy.generate(prompt, params, actions))
+    finally:
+        hook.remove()
+        policy.close()
+    assert generation.text in actions
+    tokens = chat.action_ids(generation.text)
+    assert generation.token_ids == tokens
+    assert len(calls) < len(tokens)  # the prefill plus far fewer decode steps than tokens
+    forced = [p for p, ids in enumerate(generation.allowed) if ids is not None and len(ids) == 1]
+    assert forced and all(generation.logprobs[p] == 0.0 for p in forced)

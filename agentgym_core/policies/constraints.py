@@ -35,6 +35,15 @@ class ActionConstraint:
         """Record a sampled token."""
         self.prefix.append(int(token_id))
 
+    def forced_tail(self) -> list[int]:
+        """The tokens that must follow if only one allowed sequence remains; else empty."""
+        n = len(self.prefix)
+        prefix = tuple(self.prefix)
+        matches = [s for s in self.sequences if len(s) > n and s[:n] == prefix]
+        if len(matches) != 1 or prefix in self.sequences:
+            return []
+        return list(matches[0][n:])
+
     @property
     def complete(self) -> bool:
         """True once the prefix equals one whole allowed sequence."""

@@ -181,6 +181,7 @@ class HFPolicy:
             position_ids=pre.position_ids.to(device),
             past_key_values=pre.cache,
             use_cache=True,
+            logits_to_keep=1,  # only the last position is sampled from
         )
         last_position = pre.position_ids[:, -1:].to(device)
         generators = [self._generator(r.params) for r in batch]
@@ -196,6 +197,7 @@ class HFPolicy:
                 position_ids=last_position,
                 past_key_values=out.past_key_values,
                 use_cache=True,
+                logits_to_keep=1,
             )
         if use_cache:
             self._keep(batch, out.past_key_values, attention, pre.attention_mask.shape[1])
@@ -222,33 +224,63 @@ class HFPolicy:
         logits = logits.cpu()
         temps = torch.tensor([max(r.params.temperature, 1e-6) for r in batch]).unsqueeze(1)
         logits = logits / temps
-        rows, allowed = [], []
-        for row, request in enumerate(batch):
-            if request.constraint is not None and not request.done:
-                rows.append(row)
-                allowed.append(request.constraint.allowed())
-        logprobs = torch.log_softmax(apply_allowed_mask(logits, rows, allowed), dim=-1)
-        allowed_by_row = dict(zip(rows, allowed, strict=True))
+        allowed_by_row = {
+            row: r.constraint.allowed()
+            for row, r in enumerate(batch)
+            if r.constraint is not None and not r.done
+        }
+        rows = list(allowed_by_row)
+        masked = apply_allowed_mask(logits, rows, [allowed_by_row[r] for r in rows])
+        logprobs = torch.log_softmax(masked, dim=-1)
         next_ids = torch.full((len(batch),), self.pad_id, dtype=torch.long)
         real = torch.zeros(len(batch), dtype=torch.long)
         for row, request in enumerate(batch):
             if request.done:
                 continue
-            real[row] = 1
-            scores = logprobs[row]
-            if not request.params.greedy:
-                uniform = torch.rand(scores.shape, generator=generators[row]).clamp_(1e-20, 1.0)
-                scores = scores - torch.log(-torch.log(uniform))
-            token = int(torch.argmax(scores))
-            next_ids[row] = token
-            request.tokens.append(token)
-            request.logprobs.append(float(logprobs[row, token]))
-            request.allowed.append(allowed_by_row.get(row))
-            if request.constraint is not None:
-                request.constraint.advance(token)
-                request.done = request.constraint.complete
-            else:
-                request.done = token in self.chat.stop_ids
-            if len(request.tokens) >= request.params.max_new_tokens:
-                request.done = True
+            allowed = allowed_by_row.get(row)
+            token = _pick(logprobs[row], allowed, request.params, generators[row])
+            next_ids[row], real[row] = token, 1
+            self._record(request, token, float(logprobs[row, token]), allowed)
         return next_ids, real
+
+    def _record(
+        self, request: _Request, token: int, logprob: float, allowed: tuple[int, ...] | None
+    ) -> None:
+        """Append a sampled token; a constrained action whose rest is forced is completed at once.
+
+        A forced token is the only one allowed, so its constrained log-prob is
+        exactly 0 for the sampler and the learner alike: no forward pass needed.
+        """
+        request.tokens.append(token)
+        request.logprobs.append(logprob)
+        request.allowed.append(allowed)
+        if request.constraint is None:
+            request.done = token in self.chat.stop_ids
+        else:
+            request.constraint.advance(token)
+            for forced in request.constraint.forced_tail():
+                request.constraint.advance(forced)
+                request.tokens.append(forced)
+                request.logprobs.append(0.0)
+                request.allowed.append((forced,))
+            request.done = request.constraint.complete
+        if len(request.tokens) >= request.params.max_new_tokens:
+            request.done = True
+
+
+def _pick(
+    logprobs: torch.Tensor,
+    allowed: tuple[int, ...] | None,
+    params: SamplingParams,
+    generator: torch.Generator,
+) -> int:
+    """Greedy or Gumbel-max choice, drawing noise only over the allowed ids when constrained."""
+    if allowed is not None and len(allowed) == 1:
+        return allowed[0]
+    candidates = torch.as_tensor(allowed) if allowed is not None else None
+    scores = logprobs if candidates is None else logprobs[candidates]
+    if not params.greedy:
+        uniform = torch.rand(scores.shape, generator=generator).clamp_(1e-20, 1.0)
+        scores = scores - torch.log(-torch.log(uniform))
+    best = int(torch.argmax(scores))
+    return best if candidates is None else int(candidates[best])
