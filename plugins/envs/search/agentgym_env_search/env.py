@@ -1,0 +1,195 @@
+"""The `search` environment: answer a question by searching a local encyclopedia.
+
+The agent acts with `search[query]` (the top-k passages come back) and
+`answer[text]` (ends the episode). The reward is the exact match of that
+answer with a gold answer, normalized as SQuAD does; token F1 goes in `info`.
+The action space is open text, so `valid_actions()` is None and decoding is
+never constrained.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+
+from agentgym_core.types import StepResult
+from agentgym_env_search.config import SearchConfig
+from agentgym_env_search.index import Searcher, shared_searcher
+from agentgym_env_search.metrics import best_scores
+from agentgym_env_search.qa import QAItem, load_qa, split_of
+
+INSTRUCTION = """Answer the question using a search engine over an encyclopedia.
+Each turn, reply with exactly one action:
+- search[query]: returns the {top_k} best-matching passages (title and text)
+- answer[text]: your final answer, as short as possible (a name, a year, a place);
+  this ends the episode
+One search is often not enough: a passage may name the person, work or place you must search next.
+Only the answer is scored, by exact match with the expected answer."""
+INVALID = (
+    "Invalid action. Reply with search[query] to look something up "
+    "or answer[text] to give your final answer."
+)
+OVER = "The episode is over."
+MAX_QUERY_CHARS = 200
+_ACTION = re.compile(r"\b(search|answer)\s*\[(.*?)\]", re.IGNORECASE | re.DOTALL)
+
+
+def parse_action(text: str) -> tuple[str, str] | None:
+    """(tool, argument) of the last `search[...]` or `answer[...]` in `text`, or None.
+
+    The last one counts, so a model may think aloud before it acts.
+    """
+    matches = _ACTION.findall(text)
+    if not matches:
+        return None
+    tool, argument = matches[-1]
+    return tool.lower(), " ".join(argument.split())
+
+
+def shorten(text: str, max_chars: int) -> str:
+    """`text` cut to at most `max_chars` characters at a word boundary, with "..." if cut."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[: max_chars - 3]
+    if " " in cut:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip() + "..."
+
+
+@dataclass(frozen=True)
+class _Dataset:
+    """What every instance with the same config shares: the index and the questions."""
+
+    searcher: Searcher
+    items: tuple[QAItem, ...]
+
+
+_datasets: dict[tuple[str | None, str | None, str | None], _Dataset] = {}
+_datasets_lock = threading.Lock()
+
+
+def _dataset(config: SearchConfig) -> _Dataset:
+    key = (config.corpus_path, config.qa_path, config.cache_dir)
+    with _datasets_lock:
+        if key not in _datasets:
+            searcher = shared_searcher(config.corpus_path, config.cache_dir)
+            items = tuple(load_qa(config.qa_path, searcher.corpus))
+            _datasets[key] = _Dataset(searcher, items)
+        return _datasets[key]
+
+
+class SearchEnv:
+    """One question per episode; task ids are positions in the QA file."""
+
+    def __init__(self, config: SearchConfig) -> None:
+        self.config = config
+        data = _dataset(config)
+        self.searcher, self.items = data.searcher, data.items
+        self.item: QAItem | None = None
+        self.queries: list[str] = []
+        self.done = True
+        self.success = False
+
+    # -- tasks -------------------------------------------------------------------
+
+    def tasks(self, split: str) -> list[int]:
+        """Positions of the questions whose text hashes into `split`."""
+        if split not in ("train", "test"):
+            raise ValueError(f"unknown split {split!r}; splits: train, test")
+        fraction = self.config.test_fraction
+        return [
+            i for i, item in enumerate(self.items) if split_of(item.question, fraction) == split
+        ]
+
+    def task_group(self, task_id: int) -> str:
+        """`single` or `multi` hop."""
+        return self._item(task_id).group
+
+    def instruction(self) -> str:
+        """The tools and the answer format, shown once at the start of each conversation."""
+        return self.config.instruction or INSTRUCTION.format(top_k=self.config.top_k)
+
+    def _item(self, task_id: int) -> QAItem:
+        if isinstance(task_id, bool) or not isinstance(task_id, int):
+            raise TypeError(f"task ids are int, got {task_id!r}")
+        if not 0 <= task_id < len(self.items):
+            raise ValueError(f"task {task_id} out of range: {len(self.items)} questions")
+        return self.items[task_id]
+
+    # -- episode -------------------------------------------------------------------
+
+    def reset(self, task_id: int) -> str:
+        """Start question `task_id`; the first observation is the question."""
+        self.item = self._item(task_id)
+        self.queries, self.done, self.success = [], False, False
+        return f"Question: {self.item.question}"
+
+    def valid_actions(self) -> list[str] | None:
+        """None: actions are free text (`search[...]`, `answer[...]`), never enumerated."""
+        return None
+
+    def step(self, action: str) -> StepResult:
+        """Run a search, or score an answer and end the episode."""
+        if self.done or self.item is None:
+            return StepResult(OVER, 0.0, True, info={"success": self.success})
+        parsed = parse_action(action)
+        if parsed is None:
+            return StepResult(INVALID, 0.0, False, info={"success": False, "invalid": True})
+        tool, argument = parsed
+        if not argument:
+            example = "search[Eiffel Tower]" if tool == "search" else "answer[Paris]"
+            note = f"{tool}[...] needs text inside the brackets, e.g. {example}."
+            return StepResult(note, 0.0, False, info={"success": False, "invalid": True})
+        if tool == "search":
+            return self._search(argument[:MAX_QUERY_CHARS])
+        return self._answer(argument)
+
+    def _search(self, query: str) -> StepResult:
+        self.queries.append(query)
+        hits = self.searcher.search(query, self.config.top_k)
+        if not hits:
+            text = f"No passage matches search[{query}]. Try other words."
+            return StepResult(text, 0.0, False, info={"success": False, "titles": []})
+        lines = [f"Results of search[{query}]:"]
+        titles = []
+        for rank, hit in enumerate(hits, start=1):
+            passage = self.searcher.passage(hit)
+            titles.append(passage.title)
+            body = shorten(passage.text, self.config.max_passage_chars)
+            lines.append(f"({rank}) {passage.title}: {body}")
+        return StepResult("\n".join(lines), 0.0, False, info={"success": False, "titles": titles})
+
+    def _answer(self, answer: str) -> StepResult:
+        assert self.item is not None
+        em, f1 = best_scores(answer, self.item.answers)
+        self.done, self.success = True, em == 1.0
+        verdict = "correct" if self.success else "wrong"
+        info = {
+            "success": self.success,
+            "em": em,
+            "f1": f1,
+            "answer": answer,
+            "searches": len(self.queries),
+        }
+        return StepResult(f"Your answer is {verdict}.", em, True, info=info)
+
+    # -- expert ----------------------------------------------------------------------
+
+    def expert_action(self) -> str:
+        """The oracle: search each supporting title not searched yet, in order, then answer."""
+        if self.item is None:
+            raise RuntimeError("expert_action() before reset()")
+        if not self.item.supporting_titles:
+            raise ValueError(
+                f"question {self.item.question!r} has no supporting_titles: the expert "
+                "needs them to know what to search"
+            )
+        for title in self.item.supporting_titles:
+            if title not in self.queries:
+                return f"search[{title}]"
+        return f"answer[{self.item.answers[0]}]"
+
+    def close(self) -> None:
+        """Nothing to release: the index is shared by every instance in the process."""
+        self.item = None

@@ -1,0 +1,100 @@
+"""webnav in the pipeline: a two-update GRPO run on a tiny model, and expert data for SFT."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from agentgym_env_webnav import WebNavConfig, WebNavEnv
+from transformers import AutoModelForCausalLM
+
+from agentgym_core.cli import main as agentgym
+from agentgym_core.config.load import load_config
+from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
+from agentgym_core.plugins import PluginHost
+from agentgym_core.run.train import TrainStage
+
+TASKS = ["click-link", "click-button"]
+"""One click ends the episode, right or wrong: a random policy wins some groups and loses others."""
+INSTRUCTION = "Click the element the task names."
+
+
+@pytest.fixture(scope="module")
+def webnav_model(tmp_path_factory, chromium) -> Path:
+    env = WebNavEnv(WebNavConfig(tasks=TASKS, instruction=INSTRUCTION))
+    try:
+        texts = env_corpus(env, env.tasks("train")[:8], max_turns=2)
+    finally:
+        env.close()
+    out = tmp_path_factory.mktemp("webnav-model")
+    return init_model(texts, out, TinyModelConfig(vocab_size=400))
+
+
+def test_two_grpo_updates_on_real_pages(tmp_path, webnav_model):
+    raw = {
+        "run": {"name": "webnav-smoke", "output_dir": str(tmp_path / "run"), "seed": 1},
+        "model": {"path": str(webnav_model)},
+        "env": {"name": "webnav", "tasks": TASKS, "instruction": INSTRUCTION},
+        "algorithm": {"name": "grpo"},
+        "scheduler": {"name": "fixed", "max_turns": 2},
+        "rollout": {"max_context_tokens": 1536, "concurrency": 2, "env_threads": 2},
+        "trainer": {
+            "steps": 2,
+            "tasks_per_step": 2,
+            "group_size": 4,
+            "lr": 1e-3,
+            "checkpoint_every": 0,
+        },
+    }
+    path = tmp_path / "webnav.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    host = PluginHost()
+    result = TrainStage(load_config(path, [], host.registry), host).run(show_progress=False)
+
+    assert len(result.history) == 2
+    for metrics in result.history:
+        assert metrics["rollout/episodes"] == 8 and metrics["rollout/env_errors"] == 0
+        assert 1 <= metrics["rollout/turns_mean"] <= 2
+        assert set(TASKS) <= {k.split("/")[2] for k in metrics if k.startswith("rollout/group/")}
+        assert math.isfinite(metrics["train/loss"])
+    wins = [m["rollout/success_rate"] for m in result.history]
+    assert any(0 < w < 1 for w in wins), wins  # mixed outcomes: GRPO had a signal
+    assert any(m["train/grad_norm"] > 0 for m in result.history)
+    before = AutoModelForCausalLM.from_pretrained(webnav_model).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(result.checkpoint).state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_expert_data_command_writes_successful_agenttraj(tmp_path, chromium, capsys):
+    out = tmp_path / "webnav-expert.json"
+    code = agentgym(
+        [
+            "data",
+            "expert",
+            "webnav",
+            "--episodes",
+            "4",
+            "--split",
+            "test",
+            "--env-option",
+            "tasks=[login-user, use-autocomplete]",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0 and "success 1.00" in capsys.readouterr().out
+    items = json.loads(out.read_text())
+    assert [item["item_id"] for item in items] == [
+        f"webnav_{t}" for t in range(2_000_000, 2_000_004)
+    ]
+    for item in items:
+        turns = item["conversations"]
+        assert turns[0]["value"].startswith("You are a web agent.")
+        actions = [t["value"] for t in turns if t["loss"] is True]
+        assert len(actions) >= 2  # typing (and a suggestion to click), then submit
+        assert actions[-1].startswith("click [")
+        assert all(a.split(" ")[0] in ("click", "type") for a in actions)
