@@ -16,6 +16,7 @@ USAGE_EXAMPLES = """examples:
   agentgym model init --env babyai --out runs/models/babyai-tiny
   agentgym data expert babyai --episodes 100 --out data/babyai-expert.json
   agentgym ui runs/x
+  agentgym serve-env babyai --port 36001
   agentgym env play textcraft --task 4 -o depths=[1,2]
 """
 
@@ -181,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=5000)
     ui.add_argument("--host", default="127.0.0.1")
     ui.set_defaults(func=cmd_ui)
+
+    from agentgym_core.serve.command import add_parser as add_serve_parser
+
+    add_serve_parser(sub)
 
     from agentgym_core.play import add_parser as add_play_parser
 

@@ -1,0 +1,99 @@
+"""Run an env server: in the foreground (`agentgym serve-env`) or in a thread (tests, benches)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+DEFAULT_HOST = "127.0.0.1"
+"""Loopback unless told otherwise: an env server runs code on request, keep it private."""
+
+
+def build_app(
+    host_registry: Any,
+    env_name: str,
+    options: dict[str, Any] | None = None,
+    **app_options: Any,
+) -> Any:
+    """The FastAPI app of a registered environment, its options validated by the plugin's model."""
+    from agentgym_core.serve.app import create_app
+
+    registration = host_registry.get("environment", env_name)
+    config = registration.config.model_validate(options or {})
+
+    def factory() -> Any:
+        return registration.factory(config)
+
+    if "can_render" not in app_options:
+        app_options["can_render"] = callable(getattr(registration.factory, "render", None))
+    return create_app(factory, env_name=env_name, **app_options)
+
+
+def bind(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
+    """A listening TCP socket (port 0: a free one), reusable right after a restart."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class ServerThread:
+    """A real uvicorn server on a loopback port, in a background thread.
+
+    `with ServerThread(app) as server: httpx.get(server.url + "/info")`. The
+    port may be given (to restart a server where it was); 0 picks a free one.
+    """
+
+    def __init__(
+        self, app: Any, *, host: str = DEFAULT_HOST, port: int = 0, log_level: str = "warning"
+    ) -> None:
+        import uvicorn
+
+        self._sock = bind(host, port)
+        self.host, self.port = host, self._sock.getsockname()[1]
+        config = uvicorn.Config(
+            app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. `http://127.0.0.1:36001`."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> ServerThread:
+        """Start serving; returns once the server accepts connections."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"env server on {self.url} did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Shut down (closes every session) and release the port."""
+        self.server.should_exit = True
+        self._thread.join(timeout_s)
+        self._sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def serve(app: Any, host: str = DEFAULT_HOST, port: int = 36001, log_level: str = "info") -> None:
+    """Serve in the foreground until interrupted."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)

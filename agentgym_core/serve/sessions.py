@@ -1,0 +1,151 @@
+"""Sessions of an env server: one environment instance per id, with its lock and idle clock.
+
+Environment calls run in a thread pool, never on the event loop, so one slow
+step does not hold back other sessions. Each session has its own asyncio lock:
+two requests for the same id are served in order, requests for different ids
+run side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import itertools
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgym_core.interfaces import Environment
+
+
+class Phase(enum.StrEnum):
+    """Where a session's episode stands."""
+
+    CREATED = "created"
+    """No reset yet: step and observation are refused."""
+    RUNNING = "running"
+    DONE = "done"
+    """The episode ended: step is refused until the next reset."""
+
+
+class UnknownSession(KeyError):
+    """No session has this id (closed, reaped when idle, or never created)."""
+
+
+class EnvCallTimeout(TimeoutError):
+    """An environment call ran past the server's `env_timeout_s`."""
+
+
+@dataclass
+class Session:
+    """One client's environment instance and its episode state."""
+
+    id: int
+    env: Environment
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+    """Requests in flight: a busy session is never reaped."""
+    phase: Phase = Phase.CREATED
+    observation: str = ""
+    score: float = 0.0
+    """Sum of the rewards of the current episode."""
+
+
+class SessionStore:
+    """Live sessions keyed by id, plus the thread pool their environments run in.
+
+    Ids start at a random base so that a restarted server does not hand out
+    the ids of its previous life: a client still holding one gets 404, not
+    another client's episode.
+    """
+
+    def __init__(
+        self,
+        env_factory: Callable[[], Environment],
+        *,
+        threads: int = 8,
+        max_sessions: int = 1024,
+        env_timeout_s: float = 300.0,
+    ) -> None:
+        self.factory = env_factory
+        self._sessions: dict[int, Session] = {}
+        self._ids = itertools.count(secrets.randbelow(1 << 30))
+        self.max_sessions = max_sessions
+        self.env_timeout_s = env_timeout_s
+        self.executor = concurrent.futures.ThreadPoolExecutor(threads, "agentgym-env")
+        self.created = 0
+        self.closed = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a blocking environment call in the pool, bounded by `env_timeout_s`."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor, fn, *args)
+        try:
+            return await asyncio.wait_for(future, self.env_timeout_s)
+        except TimeoutError as error:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise EnvCallTimeout(f"{name} took longer than {self.env_timeout_s} s") from error
+
+    async def create(self) -> Session:
+        """Build a new environment (in the pool) and register it under a fresh id."""
+        env = await self.call(self.factory)
+        session = Session(next(self._ids), env)
+        self._sessions[session.id] = session
+        self.created += 1
+        return session
+
+    def get(self, session_id: int) -> Session:
+        """The session `session_id`; `UnknownSession` if there is none."""
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise UnknownSession(session_id) from None
+
+    async def close(self, session_id: int) -> None:
+        """Forget a session and close its environment (errors on close are swallowed)."""
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            raise UnknownSession(session_id)
+        self.closed += 1
+        with contextlib.suppress(Exception):  # the client is gone either way
+            await self.call(session.env.close)
+
+    async def reap(self, idle_timeout_s: float) -> list[int]:
+        """Close sessions idle for longer than `idle_timeout_s`; returns their ids."""
+        now = time.monotonic()
+        stale = [
+            s.id
+            for s in self._sessions.values()
+            if s.busy == 0 and now - s.last_used > idle_timeout_s
+        ]
+        for session_id in stale:
+            with contextlib.suppress(UnknownSession):  # closed meanwhile by its client
+                await self.close(session_id)
+        return stale
+
+    async def close_all(self) -> None:
+        """Close every session, then the thread pool (server shutdown)."""
+        for session_id in list(self._sessions):
+            with contextlib.suppress(UnknownSession):
+                await self.close(session_id)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.asynccontextmanager
+async def using(session: Session):
+    """Hold a session's lock, mark it busy, and refresh its idle clock."""
+    session.busy += 1
+    try:
+        async with session.lock:
+            yield session
+    finally:
+        session.busy -= 1
+        session.last_used = time.monotonic()

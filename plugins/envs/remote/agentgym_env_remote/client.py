@@ -1,0 +1,239 @@
+"""HTTP to env servers: pooled connections, bounded concurrency, replicas, faults made exceptions.
+
+AgentGym's servers report many errors as HTTP 200 with an `error` field, run
+one worker (a slow step holds up every client), and forget every env id when
+restarted. Every such fault becomes a `RemoteEnvError` here, so the rollout
+engine records the episode as `env_error` instead of scoring it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+INVALID_ID = re.compile(r"\bid\b.*\bnot valid\b", re.IGNORECASE)
+"""AgentGym's reply to an id it does not know: `{"error": "The id 99 is not valid."}`."""
+CLOSE_TIMEOUT_S = 5.0
+"""Closing is best effort: never wait long on a server that may be gone."""
+DOWN_FOR_S = 5.0
+"""After a connection failure, new env ids avoid that replica for this long (if others exist)."""
+
+
+class RemoteEnvError(RuntimeError):
+    """An env server failed: an error reply, a timeout, a dropped connection, a bad reply."""
+
+
+class SessionLost(RemoteEnvError):
+    """The server no longer knows our env id: it restarted, or reaped the id when idle."""
+
+
+@dataclass
+class _Server:
+    url: str
+    client: httpx.Client
+    slots: threading.BoundedSemaphore
+    open_ids: int = 0
+    generation: int = 0
+    """Bumped when the server is found unreachable: ids created before may be gone."""
+    down_until: float = 0.0
+
+
+class ServerPool:
+    """Connections to the replicas of one AgentGym server, shared by every env instance.
+
+    Args:
+        urls: base URL of each replica.
+        timeout_s: the longest one request may take.
+        connect_timeout_s: the longest opening a connection may take.
+        max_concurrency: requests in flight per replica (extra callers wait their turn).
+        retry_503: retries of a request answered 503 (busy).
+    """
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        timeout_s: float = 60.0,
+        connect_timeout_s: float = 5.0,
+        max_concurrency: int = 16,
+        retry_503: int = 3,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
+        self.retry_503 = retry_503
+        timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
+        limits = httpx.Limits(
+            max_connections=max_concurrency, max_keepalive_connections=max_concurrency
+        )
+        self._servers = {
+            url: _Server(
+                url,
+                httpx.Client(base_url=url, timeout=timeout, limits=limits),
+                threading.BoundedSemaphore(max_concurrency),
+            )
+            for url in urls
+        }
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+
+    @property
+    def urls(self) -> list[str]:
+        """Base URL of every replica."""
+        return list(self._servers)
+
+    # -- balancing ---------------------------------------------------------------------
+
+    def pick(self) -> str:
+        """The replica for a new env id: fewest open ids among those not recently down."""
+        with self._lock:
+            now = time.monotonic()
+            servers = list(self._servers.values())
+            up = [s for s in servers if s.down_until <= now] or servers
+            fewest = min(s.open_ids for s in up)
+            tied = [s for s in up if s.open_ids == fewest]
+            return tied[next(self._turn) % len(tied)].url
+
+    def opened(self, url: str) -> int:
+        """Count a new env id on `url`; returns the server's generation it belongs to."""
+        with self._lock:
+            server = self._servers[url]
+            server.open_ids += 1
+            return server.generation
+
+    def released(self, url: str) -> None:
+        """An env id on `url` is closed or abandoned."""
+        with self._lock:
+            server = self._servers[url]
+            server.open_ids = max(0, server.open_ids - 1)
+
+    def generation(self, url: str) -> int:
+        """How many times `url` was found unreachable."""
+        return self._servers[url].generation
+
+    def open_ids(self) -> dict[str, int]:
+        """Env ids open on each replica (what balancing looks at)."""
+        return {url: s.open_ids for url, s in self._servers.items()}
+
+    def _mark_down(self, server: _Server) -> None:
+        with self._lock:
+            server.generation += 1
+            server.down_until = time.monotonic() + DOWN_FOR_S
+
+    # -- requests ---------------------------------------------------------------------
+
+    def request(
+        self,
+        url: str,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """Send one request to replica `url` and return its JSON, or raise `RemoteEnvError`."""
+        server = self._servers[url]
+        where = f"{method} {url}{path}"
+        if not server.slots.acquire(timeout=self.timeout_s):
+            raise RemoteEnvError(
+                f"{where}: no free request slot within {self.timeout_s} s "
+                f"({self.max_concurrency} requests already in flight)"
+            )
+        try:
+            response = self._send(server, where, method, path, json, params, timeout_s)
+        finally:
+            server.slots.release()
+        return _reply(where, response)
+
+    def _send(
+        self,
+        server: _Server,
+        where: str,
+        method: str,
+        path: str,
+        body: Any,
+        params: dict[str, Any] | None,
+        timeout_s: float | None,
+    ) -> httpx.Response:
+        extra: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
+        if body is not None:
+            extra["json"] = body
+        for attempt in itertools.count():
+            try:
+                response = server.client.request(method, path, params=params, **extra)
+            except httpx.TimeoutException as error:
+                limit = timeout_s or self.timeout_s
+                raise RemoteEnvError(f"{where}: no answer within {limit} s") from error
+            except httpx.TransportError as error:
+                self._mark_down(server)
+                raise RemoteEnvError(
+                    f"{where}: server unreachable ({type(error).__name__}: {error})"
+                ) from error
+            if response.status_code != 503 or attempt >= self.retry_503:
+                return response
+            time.sleep(0.2)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        """Close every connection."""
+        for server in self._servers.values():
+            server.client.close()
+
+
+def _reply(where: str, response: httpx.Response) -> Any:
+    """The JSON of a reply, or a `RemoteEnvError` that says what went wrong."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if response.status_code >= 400:
+        detail = data.get("detail", data) if isinstance(data, dict) else response.text
+        kinds = (
+            {d.get("type") for d in detail if isinstance(d, dict)}
+            if isinstance(detail, list)
+            else set()
+        )
+        error_class = SessionLost if "unknown_id" in kinds else RemoteEnvError
+        raise error_class(f"{where}: HTTP {response.status_code}: {str(detail)[:500]}")
+    if data is None and response.content.strip() != b"null":
+        raise RemoteEnvError(f"{where}: reply is not JSON: {response.text[:200]!r}")
+    if isinstance(data, dict) and "error" in data:
+        message = str(data["error"])
+        error_class = SessionLost if INVALID_ID.search(message) else RemoteEnvError
+        raise error_class(f"{where}: server error: {message[:500]}")
+    return data
+
+
+_SHARED: dict[tuple[Any, ...], tuple[ServerPool, int]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def acquire_pool(key: tuple[Any, ...], **options: Any) -> ServerPool:
+    """The pool for `key` (made from `options` on first use); every env of a run shares it.
+
+    Sharing is what bounds concurrency per server across env instances and
+    lets balancing see every open env id. Pair with `release_pool`.
+    """
+    with _SHARED_LOCK:
+        pool, users = _SHARED.get(key, (None, 0))
+        if pool is None:
+            pool = ServerPool(**options)
+        _SHARED[key] = (pool, users + 1)
+        return pool
+
+
+def release_pool(key: tuple[Any, ...]) -> None:
+    """One user less of the pool for `key`; the last one closes its connections."""
+    with _SHARED_LOCK:
+        pool, users = _SHARED[key]
+        if users > 1:
+            _SHARED[key] = (pool, users - 1)
+            return
+        del _SHARED[key]
+    pool.close()

@@ -1,0 +1,11 @@
+"""Entry point of the `remote` environment."""
+
+from agentgym_core import hookimpl
+
+
+@hookimpl
+def agentgym_register_environments(register):
+    """Register `remote`."""
+    from agentgym_env_remote import RemoteConfig, RemoteEnv
+
+    register("remote", RemoteEnv, config=RemoteConfig)
