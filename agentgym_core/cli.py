@@ -18,6 +18,7 @@ USAGE_EXAMPLES = """examples:
   agentgym ui runs/x
   agentgym serve-env babyai --port 36001
   agentgym env play textcraft --task 4 -o depths=[1,2]
+  agentgym data import agenttraj.json --out trajectories.jsonl
 """
 
 
@@ -46,11 +47,28 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Evaluate `model.path` on the eval split and print the table."""
-    from agentgym_core.run.pipeline import eval_table, run_eval_stage
+    """Evaluate `model.path` on the eval split and print the table.
+
+    A config whose stages are all `eval` compares them instead: each stage (its
+    own policy, e.g. an API model, or model.path) is one row of one table.
+    """
+    from agentgym_core.run.pipeline import (
+        comparison_table,
+        eval_table,
+        is_comparison,
+        run_comparison,
+        run_eval_stage,
+    )
 
     host = _host()
     resolved = _load(args.config, args.overrides, host)
+    if is_comparison(resolved):
+        results = run_comparison(resolved, host)
+        print(comparison_table(results))
+        if args.json:
+            rows = {stage.name: metrics for stage, metrics in results}
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return 0
     metrics, _ = run_eval_stage(resolved, host, Path(resolved.root.model.path))
     print(eval_table(metrics, resolved.root.eval.k))
     if args.json:
@@ -145,7 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 
-    evaluate = sub.add_parser("eval", help="evaluate model.path on the eval split")
+    evaluate = sub.add_parser(
+        "eval",
+        help="evaluate model.path on the eval split; a config of only eval stages compares "
+        "them (e.g. an API model and a checkpoint) in one table",
+    )
     evaluate.add_argument("config")
     evaluate.add_argument("overrides", nargs="*", help="key=value overrides")
     evaluate.add_argument("--json", help="also write the metrics to this JSON file")
@@ -176,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     expert.add_argument("--env-option", action="append", help="env config key=value")
     expert.add_argument("--out", required=True)
     expert.set_defaults(func=cmd_data_expert)
+    from agentgym_core.data.trajfiles import add_commands as add_trajfile_commands
+
+    add_trajfile_commands(data)
 
     ui = sub.add_parser("ui", help="MLflow UI on a run's store")
     ui.add_argument("path", nargs="?", default="runs")
@@ -186,7 +211,6 @@ def build_parser() -> argparse.ArgumentParser:
     from agentgym_core.serve.command import add_parser as add_serve_parser
 
     add_serve_parser(sub)
-
     from agentgym_core.play import add_parser as add_play_parser
 
     add_play_parser(sub)
@@ -197,11 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentgym` console script."""
     from agentgym_core.config.errors import ConfigError
     from agentgym_core.registry import RegistryError
+    from agentgym_core.rollout.engine import PolicyError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, RegistryError, FileNotFoundError) as error:
+    except (ConfigError, RegistryError, FileNotFoundError, PolicyError) as error:
         print(f"agentgym: error: {error}", file=sys.stderr)
         return 2
 

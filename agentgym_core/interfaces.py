@@ -2,18 +2,25 @@
 
 Plugins register a factory for one of these under a name (see `hookspecs`);
 the core only ever talks to them through these methods.
+
+Offline algorithms (`AlgorithmNeeds.online` False: SFT, DPO) implement
+`OfflineAlgorithm` instead of `Algorithm`: they build examples from an
+`OfflineDataset` and compute a loss from summed sequence log-probabilities.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentgym_core.types import Generation, StepResult, TaskId, TrajectoryBatch
+from agentgym_core.types import Generation, StepResult, TaskId, Trajectory, TrajectoryBatch
 
 if TYPE_CHECKING:
     import torch
+
+    from agentgym_core.data.agenttraj import AgentTrajItem, Message
 
 
 @runtime_checkable
@@ -123,9 +130,28 @@ class LossInputs:
     entropy: torch.Tensor
     normalizer: float
     ref_logprobs: torch.Tensor | None = None
+    """Frozen reference's log-probabilities (None unless `needs.reference`)."""
     values: torch.Tensor | None = None
+    """Critic's values, with gradient (None unless `needs.critic`)."""
     old_values: torch.Tensor | None = None
+    """Critic's values at rollout time (`Trajectory.values`), for value clipping."""
     returns: torch.Tensor | None = None
+    """Value targets the algorithm set (`Trajectory.returns`)."""
+
+
+@dataclass(frozen=True)
+class CriticSpec:
+    """The value function an algorithm asks for, and how the trainer trains it."""
+
+    separate: bool = False
+    """False: a linear value head on the policy's last hidden state (shares its body).
+    True: a separate critic model (its own transformer body) with a value head."""
+    path: str | None = None
+    """Weights of the separate critic's body; None: the stage's starting model."""
+    lr: float | None = None
+    """Peak learning rate of the critic's own optimizer; None: the trainer's `lr`."""
+    warmup_updates: int = 0
+    """The first N updates train only the critic; the policy's weights stay as they are."""
 
 
 @dataclass(frozen=True)
@@ -135,9 +161,11 @@ class AlgorithmNeeds:
     online: bool = True
     """True: rollouts each step; False: an offline dataset (SFT, DPO)."""
     reference: bool = False
-    """A frozen copy of the starting model for KL terms."""
-    critic: bool = False
-    """A value function (PPO)."""
+    """A frozen copy of the starting model for KL terms. Its per-token log-probabilities
+    are on `Trajectory.ref_logprobs` when `advantages` runs, and in `LossInputs.ref_logprobs`."""
+    critic: CriticSpec | None = None
+    """A value function (PPO); None: none. Its per-token values at rollout time are on
+    `Trajectory.values` when `advantages` runs; `LossInputs.values` has them with gradient."""
     group_size: int = 1
     """Samples per task in one update (GRPO, RLOO need > 1)."""
 
@@ -151,12 +179,92 @@ class Algorithm(Protocol):
     def advantages(self, batch: TrajectoryBatch) -> None:
         """Set `advantages` (and `returns` if a critic is used) on each trainable trajectory.
 
+        `ref_logprobs` and `values` are already set where `needs` asked for them.
         A trajectory left with `advantages = None` is not trained on.
         """
         ...
 
     def loss(self, inputs: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """The scalar loss of one micro-batch and metrics to log (means over its tokens)."""
+        ...
+
+
+# -- offline algorithms (needs.online = False): SFT, DPO -------------------------------
+
+
+@dataclass
+class SequenceInputs:
+    """One micro-batch of whole examples, each a fixed number of token sequences.
+
+    An example is one sequence for SFT and two (chosen, rejected) for DPO.
+    Tensors have shape [examples, sequences_per_example]. `logprobs` is each
+    sequence's log-probability summed over its agent tokens (loss mask 1),
+    with gradient; `ref_logprobs` the same under the frozen reference. The
+    totals cover the whole mini-batch (one optimizer step), so a loss divided
+    by them sums over micro-batches to the mini-batch mean.
+    """
+
+    logprobs: torch.Tensor
+    tokens: torch.Tensor
+    """Agent tokens per sequence (float)."""
+    total_examples: int
+    total_tokens: float
+    ref_logprobs: torch.Tensor | None = None
+
+
+@runtime_checkable
+class OfflineDataset(Protocol):
+    """What the core offers an offline algorithm for building its examples."""
+
+    seed: int
+
+    def files(self, patterns: Sequence[str], key: str) -> list[Path]:
+        """Files matching paths or globs; the error names the option `key` and the pattern."""
+        ...
+
+    def sequence(self, messages: Sequence[Message], *, task_id: int = -1) -> Trajectory:
+        """A conversation tokenized exactly as a rollout of it (ids and loss mask)."""
+        ...
+
+    def expert_items(
+        self, *, episodes: int, split: str, max_turns: int, env_options: Mapping[str, Any], key: str
+    ) -> list[AgentTrajItem]:
+        """Successful episodes of the env's expert on the first `episodes` tasks of `split`.
+
+        `env_options` are merged over the stage's `env` block and validated by
+        the env's model; errors name `key`.
+        """
+        ...
+
+    def stage_rollouts(self, stage: str, key: str) -> list[Trajectory]:
+        """Every trajectory an earlier pipeline stage saved (`tracking.save_rollouts`)."""
+        ...
+
+
+@runtime_checkable
+class OfflineAlgorithm(Protocol):
+    """An algorithm trained on a fixed dataset of examples (SFT, DPO).
+
+    The trainer builds the examples once per stage, takes `batch_size`
+    examples per optimizer step in a seeded order (a pure function of the
+    step, so a resumed run sees the same batches), and asks for the loss of
+    each micro-batch from summed sequence log-probabilities.
+    """
+
+    needs: AlgorithmNeeds
+    sequences_per_example: int
+    batch_size: int
+
+    def examples(self, data: OfflineDataset) -> list[tuple[Trajectory, ...]]:
+        """The training examples, each `sequences_per_example` token sequences."""
+        ...
+
+    def source_stages(self) -> dict[str, str]:
+        """Option key -> name of an earlier stage whose saved rollouts `examples` reads."""
+        ...
+
+    def sequence_loss(self, inputs: SequenceInputs) -> tuple[torch.Tensor, dict[str, float]]:
+        """The scalar loss of one micro-batch and metrics to log (means over its examples)."""
         ...
 
 

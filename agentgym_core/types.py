@@ -95,6 +95,17 @@ class Trajectory:
     """Per-token advantages, set by the algorithm (0 where loss_mask is 0)."""
     returns: list[float] | None = None
     """Per-token value targets, for algorithms with a critic."""
+    ref_logprobs: list[float] | None = None
+    """Per-token log-probabilities under the frozen reference (0 where loss_mask is 0).
+
+    Set by the learner before `Algorithm.advantages` when the algorithm needs a
+    reference, so KL penalties can be folded into rewards.
+    """
+    values: list[float] | None = None
+    """Per-token critic values V(state before token i) at rollout time (0 where loss_mask is 0).
+
+    Set by the learner before `Algorithm.advantages` when the algorithm needs a critic.
+    """
 
     @property
     def num_turns(self) -> int:

@@ -123,3 +123,135 @@ def test_lr_schedule():
     cosine = LearnerSettings(lr_schedule="cosine", total_steps=10)
     assert lr_factor(5, cosine) == pytest.approx(0.5)
     assert lr_factor(3, LearnerSettings()) == 1.0
+
+
+# -- reference log-probs, critics, warm-up --------------------------------------------------------
+
+
+def _copy(model):
+    fresh = type(model)(model.config)
+    fresh.load_state_dict(model.state_dict())
+    return fresh
+
+
+def _ppo_batch(vocab: int, seed: int = 5) -> TrajectoryBatch:
+    rng = random.Random(seed)
+    trajs = [_traj(rng, vocab, n, group=i, reward=float(i % 2)) for i, n in enumerate((14, 18, 11))]
+    return TrajectoryBatch(trajs)
+
+
+def test_score_sets_reference_logprobs_and_values_on_agent_tokens(tiny_model):
+    from agentgym_algo_ppo import PPO, PPOConfig
+
+    model = _copy(tiny_model[0])
+    learner = Learner(model, PPO(PPOConfig(kl_coef=0.1)), LearnerSettings(), reference=model)
+    head = learner.critic.head.linear
+    torch.nn.init.normal_(head.weight, generator=torch.Generator().manual_seed(0))
+    batch = _ppo_batch(model.config.vocab_size)
+    learner.score(batch.trajectories)
+    for traj in batch:
+        with torch.no_grad():
+            out = model(torch.tensor([traj.token_ids]), output_hidden_states=True)
+            values = head(out.hidden_states[-1][0]).squeeze(-1)
+        logp = torch.log_softmax(out.logits[0], -1)
+        for i, m in enumerate(traj.loss_mask):
+            # token i is predicted (and valued) at position i - 1; nothing off the agent's tokens
+            want_ref = float(logp[i - 1, traj.token_ids[i]]) if m else 0.0
+            want_value = float(values[i - 1]) if m else 0.0
+            assert traj.ref_logprobs[i] == pytest.approx(want_ref, abs=1e-5)
+            assert traj.values[i] == pytest.approx(want_value, abs=1e-5)
+
+
+def _weights(module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def _changed(before, module) -> bool:
+    return any(not torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
+
+
+def _ppo_update(learner, batch, algorithm):
+    for traj in batch:
+        traj.values = traj.ref_logprobs = traj.advantages = traj.returns = None
+    learner.score(batch.trajectories)
+    algorithm.advantages(batch)
+    return learner.update(batch)
+
+
+def test_critic_warmup_trains_only_the_value_head_first(tiny_model):
+    from agentgym_algo_ppo import PPO, PPOConfig
+
+    model = _copy(tiny_model[0])
+    algorithm = PPO(PPOConfig(critic_warmup=1, normalize_advantages=False))
+    learner = Learner(model, algorithm, LearnerSettings(lr=1e-2))
+    batch = _ppo_batch(model.config.vocab_size)
+    policy, head = _weights(model), _weights(learner.critic)
+    first = _ppo_update(learner, batch, algorithm)
+    assert first["critic_warmup"] == 1.0 and "grad_norm" not in first
+    assert not _changed(policy, model) and _changed(head, learner.critic)
+    second = _ppo_update(learner, batch, algorithm)
+    assert second["critic_warmup"] == 0.0 and _changed(policy, model)
+    assert second["value_loss"] < first["value_loss"]  # the head moved towards the returns
+
+
+def test_value_loss_reaches_the_policy_only_through_a_shared_head(tiny_model):
+    from agentgym_algo_ppo import PPO, PPOConfig
+
+    from agentgym_core.learner.critic import Critic, ValueHead
+
+    def policy_after(critic: str, vf_coef: float) -> list[torch.Tensor]:
+        model = _copy(tiny_model[0])
+        algorithm = PPO(PPOConfig(critic=critic, vf_coef=vf_coef, normalize_advantages=False))
+        separate = None
+        if critic == "model":
+            separate = Critic(ValueHead(model.config.hidden_size), _copy(model).base_model)
+        learner = Learner(model, algorithm, LearnerSettings(lr=1e-2), critic=separate)
+        # a non-zero head, so the value loss has a gradient beyond the head's own weights
+        torch.nn.init.constant_(learner.critic.head.linear.weight, 0.1)
+        _ppo_update(learner, _ppo_batch(model.config.vocab_size), algorithm)
+        return _weights(model)
+
+    def same(a, b):
+        return all(torch.allclose(x, y, atol=1e-7) for x, y in zip(a, b, strict=True))
+
+    assert same(policy_after("model", 0.0), policy_after("model", 1.0))
+    assert not same(policy_after("head", 0.0), policy_after("head", 1.0))
+
+
+def test_critic_state_round_trips(tiny_model):
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+    from agentgym_algo_ppo import PPO, PPOConfig
+
+    algorithm = PPO(PPOConfig())
+    learner = Learner(_copy(tiny_model[0]), algorithm, LearnerSettings(lr=1e-2))
+    _ppo_update(learner, _ppo_batch(tiny_model[0].config.vocab_size), algorithm)
+    state = learner.state()
+    restored = Learner(_copy(tiny_model[0]), algorithm, LearnerSettings(lr=1e-2))
+    restored.load_state(state)
+    assert not _changed(_weights(learner.critic), restored.critic)
+    assert restored.updates == learner.updates == 1
+    assert restored.critic_optimizer.state_dict()["state"][0]["step"] == 1
+    plain = Learner(_copy(tiny_model[0]), GRPO(GRPOConfig()), LearnerSettings()).state()
+    with pytest.raises(ValueError, match="holds no critic"):
+        restored.load_state(plain)
+
+
+def test_outcome_reward_sits_on_the_last_generated_token():
+    from agentgym_core.learner.rewards import spread, token_rewards
+
+    # ends with two observation tokens; agent tokens at 1, 2, 4
+    traj = Trajectory(
+        task_id=0,
+        group=0,
+        token_ids=list(range(7)),
+        loss_mask=[0, 1, 1, 0, 1, 0, 0],
+        logprobs=[0, -1.0, -1.0, 0, -1.0, 0, 0],
+        ref_logprobs=[0, -1.5, -0.5, 0, -1.0, 0, 0],
+        reward=2.0,
+    )
+    rewards = token_rewards(traj, outcome=traj.reward, kl_coef=0.2)
+    assert rewards == pytest.approx([-0.1, 0.1, 2.0])
+    assert spread(traj, rewards) == pytest.approx([0, -0.1, 0.1, 0, 2.0, 0, 0])
+    traj.ref_logprobs = None
+    with pytest.raises(ValueError, match="AlgorithmNeeds.reference"):
+        token_rewards(traj, outcome=1.0, kl_coef=0.2)

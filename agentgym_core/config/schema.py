@@ -186,6 +186,11 @@ class TrackingConfig(_Block):
     tags: dict[str, str] = Field(
         default_factory=dict, description="Extra MLflow tags set on the run."
     )
+    save_rollouts: bool = Field(
+        False,
+        description="Write every trajectory of the stage (each update's rollouts, an eval "
+        "stage's episodes) as JSONL under run.output_dir/rollouts; DPO's pairs_from reads them.",
+    )
 
 
 class StageConfig(_Block):

@@ -62,15 +62,25 @@ def expand_stages(resolved: ResolvedConfig) -> list[Stage]:
             problems += exc.problems
             continue
         if stage.type == "train":
+            needed = ("algorithm", "scheduler") if _online(config) else ("algorithm",)
             problems += [
                 Problem(dotted((*prefix, block)), f"a train stage needs {block} (none is set)")
-                for block in ("algorithm", "scheduler")
+                for block in needed
                 if getattr(config.root, block) is None
             ]
         out.append(Stage(stage.name, stage.type, config))
     if problems:
         raise ConfigError(problems, str(resolved.source) if resolved.source else None)
     return out
+
+
+def _online(config: ResolvedConfig) -> bool:
+    """Whether the stage plays rollouts (offline algorithms, SFT and DPO, need no scheduler)."""
+    if "algorithm" not in config.components:
+        return True
+    registration, options = config.components["algorithm"]
+    needs = getattr(registration.factory(options), "needs", None)
+    return bool(getattr(needs, "online", True))
 
 
 def _apply(base: dict[str, Any], stage: StageConfig) -> dict[str, Any]:

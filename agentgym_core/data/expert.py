@@ -48,10 +48,10 @@ def expert_episode(env: ExpertEnvironment, task_id: int, max_turns: int) -> dict
     return {"conversations": conversation, "reward": reward, "success": success}
 
 
-def write_expert_dataset(
-    env: Any, env_name: str, task_ids: Sequence[int], path: Path, *, max_turns: int = 64
-) -> dict[str, float]:
-    """Write successful expert episodes of `task_ids` to `path`; returns counts and success rate."""
+def expert_items(
+    env: Any, env_name: str, task_ids: Sequence[int], *, max_turns: int = 64
+) -> tuple[list[dict[str, Any]], int]:
+    """AgentTraj items of the successful expert episodes of `task_ids`, and the success count."""
     if not isinstance(env, ExpertEnvironment):
         raise TypeError(f"environment {env_name!r} has no expert_action(); it cannot write experts")
     items, successes = [], 0
@@ -62,6 +62,14 @@ def write_expert_dataset(
             items.append(
                 {"item_id": f"{env_name}_{task_id}", "conversations": episode["conversations"]}
             )
+    return items, successes
+
+
+def write_expert_dataset(
+    env: Any, env_name: str, task_ids: Sequence[int], path: Path, *, max_turns: int = 64
+) -> dict[str, float]:
+    """Write successful expert episodes of `task_ids` to `path`; returns counts and success rate."""
+    items, successes = expert_items(env, env_name, task_ids, max_turns=max_turns)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(items, indent=1))
     total = max(len(task_ids), 1)

@@ -1,9 +1,11 @@
 """The learner: model and AdamW under accelerate, one update per batch of trajectories.
 
-An update splits the trainable trajectories into mini-batches (one optimizer
-step each, repeated for `epochs`), packs each mini-batch into micro-batches,
-recomputes log-probabilities with the sampler's action constraints, and asks
-the algorithm for the loss.
+Before the algorithm's `advantages`, `score` puts the frozen reference's
+log-probabilities and the critic's values on the trajectories (when the
+algorithm needs them). An update then splits the trainable trajectories into
+mini-batches (one optimizer step each, repeated for `epochs`), packs each
+mini-batch into micro-batches, recomputes log-probabilities with the sampler's
+action constraints (and values, with a critic), and asks the algorithm for the loss.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import math
 import random
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from accelerate import Accelerator
 
-from agentgym_core.interfaces import Algorithm, LossInputs
-from agentgym_core.learner.packing import MicroBatch, pack
+from agentgym_core.interfaces import Algorithm, CriticSpec, LossInputs
+from agentgym_core.learner.critic import Critic, ValueHead, hidden_size, last_hidden_state
+from agentgym_core.learner.packing import MicroBatch, pack, unpack
 from agentgym_core.policies.constraints import apply_allowed_mask
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
@@ -51,11 +55,20 @@ def token_logprobs(
     Logits are divided by the sampling temperature and restricted to the
     sampler's allowed ids where decoding was constrained.
     """
+    logprobs, entropy, _ = policy_forward(model, batch, temperature)
+    return logprobs, entropy
+
+
+def policy_forward(
+    model: Any, batch: MicroBatch, temperature: float, *, hidden: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs`, plus the last hidden state [rows, width, hidden] when `hidden`."""
     device = next(model.parameters()).device
     out = model(
         input_ids=batch.input_ids.to(device),
         position_ids=batch.position_ids.to(device),
         use_cache=False,
+        output_hidden_states=hidden,
     )
     logits = out.logits.float() / temperature
     rows, width, vocab = logits.shape
@@ -68,7 +81,8 @@ def token_logprobs(
     chosen = logp.gather(1, targets).squeeze(1)
     finite = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
     entropy = -(logp.exp() * finite).sum(-1)
-    return chosen.reshape(rows, width), entropy.reshape(rows, width)
+    last = out.hidden_states[-1] if hidden else None
+    return chosen.reshape(rows, width), entropy.reshape(rows, width), last
 
 
 def lr_factor(update: int, settings: LearnerSettings) -> float:
@@ -85,7 +99,13 @@ def lr_factor(update: int, settings: LearnerSettings) -> float:
 
 
 class Learner:
-    """Owns the trainable model, the optimizer and the optional frozen reference."""
+    """Owns the trainable model, the optimizer, the optional critic and frozen reference.
+
+    With a critic, its weights have their own AdamW (lr `CriticSpec.lr`) and lr
+    schedule, their own gradient clipping, and go into `state()` for exact
+    resume. During the first `CriticSpec.warmup_updates` updates only the
+    critic steps: the policy's forward pass runs without gradient.
+    """
 
     def __init__(
         self,
@@ -94,32 +114,99 @@ class Learner:
         settings: LearnerSettings,
         *,
         reference: Any | None = None,
+        critic: Critic | None = None,
         accelerator: Accelerator | None = None,
     ) -> None:
         self.settings = settings
         self.algorithm = algorithm
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
-        optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=settings.lr,
-            weight_decay=settings.weight_decay,
-            betas=settings.betas,
+        self.model, self.optimizer = self.accelerator.prepare(
+            model, self._adamw(model, settings.lr)
         )
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda update: lr_factor(update, settings)
-        )
+        self.scheduler = self._lr_schedule(self.optimizer)
         self.reference = reference
         if reference is not None:
             reference.eval().requires_grad_(False)
+        self.critic_spec: CriticSpec | None = getattr(algorithm.needs, "critic", None)
+        self.critic: Any | None = None
+        if self.critic_spec is not None:
+            if critic is None and self.critic_spec.separate:
+                raise ValueError("the algorithm asks for a separate critic model: pass `critic`")
+            critic = critic or Critic(ValueHead(hidden_size(self.unwrapped)))
+            lr = self.critic_spec.lr or settings.lr
+            critic = critic.to(self.accelerator.device)
+            self.critic, self.critic_optimizer = self.accelerator.prepare(
+                critic, self._adamw(critic, lr)
+            )
+            self.critic_scheduler = self._lr_schedule(self.critic_optimizer)
         self._shuffle = random.Random(settings.seed)
         self._on_policy = True
         self._drift, self._drift_tokens = 0.0, 0
+
+    def _adamw(self, module: Any, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(
+            module.parameters(),
+            lr=lr,
+            weight_decay=self.settings.weight_decay,
+            betas=self.settings.betas,
+        )
+
+    def _lr_schedule(self, optimizer: Any) -> torch.optim.lr_scheduler.LambdaLR:
+        settings = self.settings
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda u: lr_factor(u, settings))
 
     @property
     def unwrapped(self) -> Any:
         """The bare transformers model (for saving and for a shared policy)."""
         return self.accelerator.unwrap_model(self.model)
+
+    @property
+    def updates(self) -> int:
+        """Updates done so far (the lr schedule's count, so it resumes with the checkpoint)."""
+        return int(self.scheduler.last_epoch)
+
+    @property
+    def critic_only(self) -> bool:
+        """True while the critic warms up: the next update trains only the critic."""
+        spec = self.critic_spec
+        return spec is not None and self.updates < spec.warmup_updates
+
+    @torch.no_grad()
+    def score(self, trajectories: Sequence[Trajectory]) -> None:
+        """Set `ref_logprobs` (with a reference) and `values` (with a critic) where still None.
+
+        Called before `Algorithm.advantages`, with the weights that sampled the
+        batch; packed like an update, in eval mode as the sampler ran.
+        """
+        todo = [
+            t
+            for t in trajectories
+            if (self.reference is not None and t.ref_logprobs is None)
+            or (self.critic is not None and t.values is None)
+        ]
+        if not todo:
+            return
+        self.model.eval()
+        if self.critic is not None:
+            self.critic.eval()
+        batches = pack(
+            todo,
+            row_tokens=self.settings.row_tokens,
+            micro_batch_tokens=self.settings.micro_batch_tokens,
+        )
+        for mb in batches:
+            if self.reference is not None:
+                ref, _ = token_logprobs(self.reference, mb, self.settings.temperature)
+                for index, values in unpack(mb, ref, todo).items():
+                    if todo[index].ref_logprobs is None:
+                        todo[index].ref_logprobs = values
+            if self.critic is not None:
+                shared = self.accelerator.unwrap_model(self.critic).shared
+                hidden = last_hidden_state(self.unwrapped.base_model, mb) if shared else None
+                for index, values in unpack(mb, self.critic(mb, hidden), todo).items():
+                    if todo[index].values is None:
+                        todo[index].values = values
+        self.model.train()
 
     def update(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Run every optimizer step for one batch; returns token-weighted mean metrics."""
@@ -127,9 +214,13 @@ class Learner:
         trainable = [t for t in batch.trainable if t.advantages is not None]
         if not trainable:
             lr = self.scheduler.get_last_lr()[0]
-            self.scheduler.step()  # the lr schedule counts updates, trained on or not
+            self._step_schedules()  # the lr schedule counts updates, trained on or not
             return {"skipped": 1.0, "lr": lr}
+        self.score(trainable)  # reference log-probs of trajectories nobody scored yet
+        critic_only = self.critic_only
         self.model.train()
+        if self.critic is not None:
+            self.critic.train()
         sums: dict[str, float] = defaultdict(float)
         weight = 0.0
         slots = real = 0
@@ -139,7 +230,7 @@ class Learner:
         drift = None if self._on_policy else self._recompute_old_logprobs(trainable)
         for _ in range(self.settings.epochs):
             for mini in self._mini_batches(trainable):
-                metrics, tokens, mb_slots, mb_real = self._optimizer_step(mini)
+                metrics, tokens, mb_slots, mb_real = self._optimizer_step(mini, critic_only)
                 for key, value in metrics.items():
                     sums[key] += value * tokens
                 weight += tokens
@@ -152,18 +243,43 @@ class Learner:
         result["padding_fraction"] = 1.0 - real / max(slots, 1)
         result["optimizer_steps"] = float(steps)
         result["lr"] = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        if self.critic is not None:
+            result["critic_warmup"] = float(critic_only)
+            result["critic_lr"] = self.critic_scheduler.get_last_lr()[0]
+        self._step_schedules()
         result["update_seconds"] = time.perf_counter() - start
         return result
 
+    def _step_schedules(self) -> None:
+        self.scheduler.step()
+        if self.critic is not None:
+            self.critic_scheduler.step()
+
     def state(self) -> dict[str, Any]:
         """What a checkpoint needs beyond the weights and optimizer to continue exactly."""
-        return {"shuffle": self._shuffle.getstate(), "scheduler": self.scheduler.state_dict()}
+        state = {"shuffle": self._shuffle.getstate(), "scheduler": self.scheduler.state_dict()}
+        if self.critic is not None:
+            state["critic"] = {
+                "weights": self.accelerator.unwrap_model(self.critic).state_dict(),
+                "optimizer": self.critic_optimizer.state_dict(),
+                "scheduler": self.critic_scheduler.state_dict(),
+            }
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Inverse of `state`."""
         self._shuffle.setstate(state["shuffle"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic is None:
+            return
+        if "critic" not in state:
+            raise ValueError(
+                "the checkpoint holds no critic (it was written by a run without one): "
+                "resume it with its own algorithm, or start a new run.output_dir"
+            )
+        self.accelerator.unwrap_model(self.critic).load_state_dict(state["critic"]["weights"])
+        self.critic_optimizer.load_state_dict(state["critic"]["optimizer"])
+        self.critic_scheduler.load_state_dict(state["critic"]["scheduler"])
 
     def _mini_batches(self, trajectories: list[Trajectory]) -> list[list[Trajectory]]:
         order = list(range(len(trajectories)))
@@ -172,7 +288,7 @@ class Learner:
         return [[trajectories[i] for i in order[k::count]] for k in range(count)]
 
     def _optimizer_step(
-        self, trajectories: list[Trajectory]
+        self, trajectories: list[Trajectory], critic_only: bool
     ) -> tuple[dict[str, float], float, int, int]:
         micro_batches = pack(
             trajectories,
@@ -182,28 +298,33 @@ class Learner:
         normalizer = float(sum(mb.num_masked for mb in micro_batches)) or 1.0
         sums: dict[str, float] = defaultdict(float)
         for mb in micro_batches:
-            inputs = self._loss_inputs(mb, normalizer)
+            inputs = self._loss_inputs(mb, normalizer, critic_only)
             loss, metrics = self.algorithm.loss(inputs)
             self.accelerator.backward(loss)
             share = mb.num_masked / normalizer
             sums["loss"] += float(loss.detach())
             for key, value in metrics.items():
                 sums[key] += value * share
-        grad_norm = self._clip_gradients()
-        self.optimizer.step()
+        if critic_only:
+            self.optimizer.zero_grad(set_to_none=True)  # the step below is then a no-op
+        else:
+            sums["grad_norm"] = self._clip_gradients(self.model.parameters())
+        self.optimizer.step()  # also while warming up: keeps torch's optimizer/schedule order
         self.optimizer.zero_grad(set_to_none=True)
-        sums["grad_norm"] = float(grad_norm)
+        if self.critic is not None:
+            sums["critic_grad_norm"] = self._clip_gradients(self.critic.parameters())
+            self.critic_optimizer.step()
+            self.critic_optimizer.zero_grad(set_to_none=True)
         slots = sum(mb.slots for mb in micro_batches)
         real = sum(mb.real_tokens for mb in micro_batches)
         return dict(sums), normalizer, slots, real
 
-    def _clip_gradients(self) -> float:
+    def _clip_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> float:
+        parameters = [p for p in parameters if p.grad is not None]
         if self.settings.max_grad_norm is None:
-            grads = [p.grad.norm() for p in self.model.parameters() if p.grad is not None]
+            grads = [p.grad.norm() for p in parameters]
             return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
-        return float(
-            self.accelerator.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
-        )
+        return float(self.accelerator.clip_grad_norm_(parameters, self.settings.max_grad_norm))
 
     @torch.no_grad()
     def _recompute_old_logprobs(self, trajectories: list[Trajectory]) -> float:
@@ -227,8 +348,13 @@ class Learner:
         self.model.train()
         return diff / max(count, 1)
 
-    def _loss_inputs(self, mb: MicroBatch, normalizer: float) -> LossInputs:
-        logprobs, entropy = token_logprobs(self.model, mb, self.settings.temperature)
+    def _loss_inputs(self, mb: MicroBatch, normalizer: float, critic_only: bool) -> LossInputs:
+        shared = self.critic is not None and self.accelerator.unwrap_model(self.critic).shared
+        # While the critic warms up the policy gets no gradient, so its forward needs none.
+        with torch.set_grad_enabled(not critic_only):
+            logprobs, entropy, hidden = policy_forward(
+                self.model, mb, self.settings.temperature, hidden=shared
+            )
         device = logprobs.device
         sampler = mb.old_logprobs.to(device)
         # One optimizer step per batch is exactly on-policy: the ratio's value is 1 and its
@@ -239,10 +365,7 @@ class Learner:
             mask = mb.mask.to(device)
             self._drift += float(((old - sampler).abs() * mask).sum())
             self._drift_tokens += int(mask.sum())
-        ref = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref, _ = token_logprobs(self.reference, mb, self.settings.temperature)
+        with_critic = self.critic is not None
         return LossInputs(
             logprobs=logprobs,
             old_logprobs=old,
@@ -250,6 +373,8 @@ class Learner:
             mask=mb.mask.to(device),
             entropy=entropy,
             normalizer=normalizer,
-            ref_logprobs=ref,
+            ref_logprobs=mb.ref_logprobs.to(device) if self.reference is not None else None,
+            values=self.critic(mb, hidden) if with_critic else None,
+            old_values=mb.old_values.to(device) if with_critic else None,
             returns=mb.returns.to(device),
         )

@@ -70,3 +70,36 @@ def entropy_bonus(
     if coef == 0.0:
         return entropy.new_zeros(()), metric
     return -coef * (entropy * mask).sum() / normalizer, metric
+
+
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    normalizer: float,
+    *,
+    clip: float | None = 0.2,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """0.5 * max((V - R)^2, (V_clip - R)^2) summed / normalizer, V_clip = V_old + clip(V - V_old).
+
+    PPO's value clipping keeps the critic within `clip` of its rollout-time
+    values per update, as the policy ratio clip does for the policy; None: plain MSE.
+    """
+    unclipped = (values - returns) ** 2
+    if clip is None:
+        per_token = unclipped
+        clip_fraction = torch.zeros(())
+    else:
+        clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
+        clipped = (clipped_values - returns) ** 2
+        per_token = torch.maximum(unclipped, clipped)
+        clip_fraction = masked_mean((clipped > unclipped).float().detach(), mask)
+    loss = 0.5 * (per_token * mask).sum() / normalizer
+    with torch.no_grad():
+        metrics = {
+            "value_loss": float(0.5 * masked_mean(per_token, mask)),
+            "value_clip_fraction": float(clip_fraction),
+            "value_mean": float(masked_mean(values, mask)),
+        }
+    return loss, metrics

@@ -27,9 +27,13 @@ class MicroBatch:
     old_logprobs: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    ref_logprobs: torch.Tensor
+    old_values: torch.Tensor
     constrained_at: list[tuple[int, int]] = field(default_factory=list)
     constrained_ids: list[tuple[int, ...]] = field(default_factory=list)
     real_tokens: int = 0
+    placements: list[tuple[int, int, int]] = field(default_factory=list)
+    """(index in the packed sequence of trajectories, row, offset) of each trajectory."""
 
     @property
     def slots(self) -> int:
@@ -87,11 +91,14 @@ def _build(trajectories: Sequence[Trajectory], rows: list[list[int]], width: int
         old_logprobs=torch.zeros(shape),
         advantages=torch.zeros(shape),
         returns=torch.zeros(shape),
+        ref_logprobs=torch.zeros(shape),
+        old_values=torch.zeros(shape),
     )
     for r, row in enumerate(rows):
         offset = 0
         for index in row:
             _place(batch, r, offset, trajectories[index])
+            batch.placements.append((index, r, offset))
             offset += len(trajectories[index].token_ids)
         batch.position_ids[r, offset:] = torch.arange(used - offset)
         batch.real_tokens += offset
@@ -112,7 +119,33 @@ def _place(batch: MicroBatch, r: int, offset: int, traj: Trajectory) -> None:
         batch.advantages[r, offset : end - 1] = torch.tensor(traj.advantages[1:])
     if traj.returns is not None:
         batch.returns[r, offset : end - 1] = torch.tensor(traj.returns[1:])
+    if traj.ref_logprobs is not None:
+        batch.ref_logprobs[r, offset : end - 1] = torch.tensor(traj.ref_logprobs[1:])
+    if traj.values is not None:
+        batch.old_values[r, offset : end - 1] = torch.tensor(traj.values[1:])
     for position, ids in sorted(traj.constraints.items()):
         if position >= 1:
             batch.constrained_at.append((r, offset + position - 1))
             batch.constrained_ids.append(tuple(ids))
+
+
+def unpack(
+    batch: MicroBatch, packed: torch.Tensor, trajectories: Sequence[Trajectory]
+) -> dict[int, list[float]]:
+    """Per-position values of a packed batch back to per-token lists of its trajectories.
+
+    Token i of a trajectory takes the value at the position that predicts it
+    (offset + i - 1) where it is an agent token, and 0 elsewhere: the layout of
+    `Trajectory.logprobs`, `ref_logprobs` and `values`. Keys are indices into
+    the `trajectories` that were packed.
+    """
+    values = packed.detach().float().cpu()
+    out: dict[int, list[float]] = {}
+    for index, r, offset in batch.placements:
+        traj = trajectories[index]
+        full = torch.zeros(len(traj.token_ids))
+        if len(traj.token_ids) > 1:
+            mask = torch.tensor(traj.loss_mask[1:], dtype=torch.bool)
+            full[1:][mask] = values[r, offset : offset + len(traj.token_ids) - 1][mask]
+        out[index] = full.tolist()
+    return out

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentgym_core.interfaces import Environment, HorizonScheduler, Policy
+from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, Policy
+from agentgym_core.learner.critic import Critic, build_critic
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -54,6 +55,19 @@ def load_configured_model(model_block: Any, path: str | Path | None = None) -> t
         trust_remote_code=model_block.trust_remote_code,
         gradient_checkpointing=model_block.gradient_checkpointing,
     )
+
+
+def load_critic(
+    spec: CriticSpec | None, policy: Any, model_block: Any, start_model: str | Path
+) -> Critic | None:
+    """The critic an algorithm asked for; a separate one loads `spec.path` or the start model."""
+    if spec is None:
+        return None
+
+    def load(path: str | None) -> Any:
+        return load_configured_model(model_block, path or start_model)[0]
+
+    return build_critic(spec, policy, load)
 
 
 @dataclass

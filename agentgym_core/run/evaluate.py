@@ -8,6 +8,7 @@ from typing import Any
 from agentgym_core.evaluation.metrics import summarize
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.rollout.text import TextRolloutEngine
 from agentgym_core.types import Trajectory
 
 
@@ -78,6 +79,24 @@ def evaluate_model(
         ChatFormat(tokenizer, getattr(model, "generation_config", None)),
         env_threads=env_threads,
     )
+    try:
+        tasks = evaluation_tasks(components.env_factory, settings.split, settings.num_tasks)
+        return run_evaluation(engine, tasks, settings, rollout)
+    finally:
+        engine.close()
+        policy.close()
+
+
+def evaluate_text_policy(
+    components: Any,
+    settings: EvalSettings,
+    rollout: RolloutSettings,
+    *,
+    env_threads: int = 8,
+) -> tuple[dict[str, float], list[Trajectory]]:
+    """Evaluate a text-level policy (a chat API): no model is loaded, see `rollout.text`."""
+    policy = components.policy_factory(None, None)
+    engine = TextRolloutEngine(components.env_factory, policy, env_threads=env_threads)
     try:
         tasks = evaluation_tasks(components.env_factory, settings.split, settings.num_tasks)
         return run_evaluation(engine, tasks, settings, rollout)

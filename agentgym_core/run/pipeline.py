@@ -7,11 +7,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.config.stages import expand_stages
+from agentgym_core.config.stages import Stage, expand_stages
 from agentgym_core.plugins import PluginHost
+from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.components import build_components, load_configured_model
-from agentgym_core.run.evaluate import evaluate_model
-from agentgym_core.run.train import TrainStage, eval_settings, rollout_settings
+from agentgym_core.run.evaluate import evaluate_model, evaluate_text_policy
+from agentgym_core.run.offline import (
+    check_stage_sources,
+    make_train_stage,
+    stage_prefix,
+    start_recording,
+    stop_recording,
+)
+from agentgym_core.run.train import eval_settings, rollout_settings
 from agentgym_core.tracking.console import format_table
 from agentgym_core.tracking.mlflow_tracker import MlflowTracker, sqlite_uri
 from agentgym_core.types import Trajectory
@@ -53,12 +61,19 @@ def run_eval_stage(
     root = resolved.root
     components = build_components(resolved)
     settings = eval_settings(root, components, steps=root.trainer.steps)
-    model, tokenizer = load_configured_model(root.model, model_path)
     # run_evaluation takes temperature, greedy and seed from `settings`, the rest from here
     rollout = rollout_settings(root, max_turns=settings.max_turns, seed=root.run.seed)
-    metrics, trajectories = evaluate_model(
-        model, tokenizer, components, settings, rollout, env_threads=root.rollout.env_threads
-    )
+    threads = root.rollout.env_threads
+    if is_text_level(resolved.components["policy"][0].factory):
+        # a chat API answers text: there are no weights to load from model_path
+        metrics, trajectories = evaluate_text_policy(
+            components, settings, rollout, env_threads=threads
+        )
+    else:
+        model, tokenizer = load_configured_model(root.model, model_path)
+        metrics, trajectories = evaluate_model(
+            model, tokenizer, components, settings, rollout, env_threads=threads
+        )
     host.after_evaluation(step, settings.split, metrics)
     return metrics, trajectories
 
@@ -77,6 +92,37 @@ def eval_table(metrics: dict[str, float], k: int) -> str:
     return format_table(rows, columns)
 
 
+def is_comparison(resolved: Any) -> bool:
+    """True when every stage is `eval`: `agentgym eval` then compares them side by side."""
+    stages = resolved.root.stages or []
+    return bool(stages) and all(stage.type == "eval" for stage in stages)
+
+
+def run_comparison(resolved: Any, host: PluginHost) -> list[tuple[Stage, dict[str, float]]]:
+    """Evaluate each eval stage (its own policy and model.path) on the same tasks."""
+    out = []
+    for stage in expand_stages(resolved):
+        metrics, _ = run_eval_stage(stage.config, host, Path(stage.config.root.model.path))
+        out.append((stage, metrics))
+    return out
+
+
+def comparison_table(results: list[tuple[Stage, dict[str, float]]]) -> str:
+    """One row per stage: its policy, per-group success, then the overall metrics."""
+    groups = sorted(
+        {key.split("/")[1] for _, metrics in results for key in metrics if key.startswith("group/")}
+    )
+    rows = []
+    for stage, metrics in results:
+        root = stage.config.root
+        row: dict[str, object] = {"stage": stage.name, "policy": root.policy.name, "k": root.eval.k}
+        row.update({g: metrics.get(f"group/{g}/success_rate") for g in groups})
+        row.update({key: metrics.get(key) for key in ("success_rate", "avg@k", "pass@k")})
+        rows.append(row)
+    columns = ["stage", "policy", *groups, "success_rate", "k", "avg@k", "pass@k"]
+    return format_table(rows, columns)
+
+
 def run_pipeline(
     resolved: Any, host: PluginHost, *, show_progress: bool = True
 ) -> list[StageResult]:
@@ -85,22 +131,32 @@ def run_pipeline(
     store_dir = Path(resolved.root.run.output_dir)
     store_dir.mkdir(parents=True, exist_ok=True)
     results: list[StageResult] = []
-    for stage in expand_stages(resolved):
+    stages = expand_stages(resolved)
+    check_stage_sources(resolved, stages)
+    earlier: dict[str, Path] = {}  # output dirs of finished stages, for offline data sources
+    for index, stage in enumerate(stages):
         start = time.perf_counter()
         Path(stage.config.root.run.output_dir).mkdir(parents=True, exist_ok=True)
         stage.config.save(Path(stage.config.root.run.output_dir) / "config.yaml")
         tracker = _tracker(stage.config, stage.name, store_dir)
         host.pm.register(tracker, name=f"mlflow-{stage.name}")
+        recorder = start_recording(stage.config, host)
         try:
             if stage.type == "train":
-                trained = TrainStage(stage.config, host, start_model=model_path).run(
-                    show_progress=show_progress
-                )
+                trained = make_train_stage(
+                    stage.config,
+                    host,
+                    start_model=model_path,
+                    earlier=earlier,
+                    prefix=stage_prefix(resolved, index),
+                ).run(show_progress=show_progress)
                 model_path = trained.checkpoint
                 metrics = trained.history[-1] if trained.history else {}
             else:
                 metrics, trajectories = run_eval_stage(stage.config, host, model_path)
                 tracker.log_episodes(0, trajectories, split=stage.config.root.eval.split)
+                if recorder is not None:
+                    recorder.save_evaluation(stage.config.root.eval.split, trajectories)
                 print(
                     f"[{stage.name}] {model_path}\n{eval_table(metrics, stage.config.root.eval.k)}"
                 )
@@ -110,6 +166,8 @@ def run_pipeline(
             raise
         finally:
             host.pm.unregister(tracker)
+            stop_recording(host, recorder)
+        earlier[stage.name] = Path(stage.config.root.run.output_dir)
         results.append(
             StageResult(
                 stage.name, stage.type, model_path, dict(metrics), time.perf_counter() - start

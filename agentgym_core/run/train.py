@@ -20,13 +20,19 @@ from agentgym_core.learner.learner import Learner, LearnerSettings
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
     prune_checkpoints,
     save_checkpoint,
 )
-from agentgym_core.run.components import Components, build_components, load_configured_model
+from agentgym_core.run.components import (
+    Components,
+    build_components,
+    load_configured_model,
+    load_critic,
+)
 from agentgym_core.run.evaluate import EvalSettings, evaluation_tasks, run_evaluation
 from agentgym_core.run.metrics import rollout_metrics
 from agentgym_core.tracking.console import ProgressBar
@@ -105,7 +111,10 @@ class TrainStage:
         reference = None
         if algorithm.needs.reference:
             reference, _ = load_configured_model(root.model, self.start_model)
-        learner = Learner(model, algorithm, self._learner_settings(), reference=reference)
+        critic = load_critic(algorithm.needs.critic, model, root.model, self.start_model)
+        learner = Learner(
+            model, algorithm, self._learner_settings(), reference=reference, critic=critic
+        )
         state = load_trainer_state(resume) if resume else None
         history: list[dict[str, float]] = list(state["history"]) if state else []
         first_step = state["step"] if state else 0
@@ -192,6 +201,7 @@ class TrainStage:
         batch = TrajectoryBatch(trajectories)
         metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)
         self.host.after_rollout(step, batch, metrics)
+        learner.score(batch.trainable)  # reference log-probs and critic values, where needed
         self.components.algorithm.advantages(batch)
         metrics.update({f"train/{k}": v for k, v in learner.update(batch).items()})
         policy.sync_weights(learner.unwrapped)
@@ -210,12 +220,21 @@ class TrainStage:
 
 
 def check_trainable(resolved: Any) -> None:
-    """A train stage needs an algorithm and a scheduler; say which block is missing."""
+    """A train stage needs an algorithm, a scheduler and a token-level policy; say what is wrong."""
     problems = [
         Problem(block, f"a train stage needs `{block}: {{name: ...}}`")
         for block in ("algorithm", "scheduler")
         if getattr(resolved.root, block) is None
     ]
+    if is_text_level(resolved.components["policy"][0].factory):
+        problems.append(
+            Problem(
+                "policy.name",
+                f"policy {resolved.root.policy.name!r} is text-level (a chat API returns text, "
+                "not sampled token ids and log-probabilities): it can evaluate, not train; "
+                "train with a token-level policy such as `hf` or `vllm`",
+            )
+        )
     if problems:
         raise ConfigError(problems, str(resolved.source) if resolved.source else None)
 

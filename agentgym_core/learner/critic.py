@@ -1,0 +1,90 @@
+"""The value function of actor-critic algorithms (PPO): a linear head on a last hidden state.
+
+The hidden state is either the policy's own (a value head on the policy: the
+head reads the hidden states of the policy's forward pass, so a value costs one
+dot product per token) or that of a separate critic model with its own
+transformer body, as `CriticSpec.separate` chooses. Either way the critic's
+weights and optimizer live in the learner and go into its checkpoint state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentgym_core.interfaces import CriticSpec
+from agentgym_core.learner.packing import MicroBatch
+
+
+class ValueHead(nn.Module):
+    """hidden [rows, width, hidden] -> values [rows, width], in float32.
+
+    Starts at zero: the first advantages are then plain discounted returns
+    rather than the noise of a random head, and the gradient still reaches the
+    weights (it is the hidden state times the value error).
+    """
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Values of every position."""
+        return self.linear(hidden.float()).squeeze(-1)
+
+
+def last_hidden_state(body: Any, batch: MicroBatch) -> torch.Tensor:
+    """The final (normed) hidden states of a transformer body (a `base_model`) on `batch`."""
+    device = next(body.parameters()).device
+    out = body(
+        input_ids=batch.input_ids.to(device),
+        position_ids=batch.position_ids.to(device),
+        use_cache=False,
+    )
+    return out.last_hidden_state
+
+
+class Critic(nn.Module):
+    """A value head, plus its own transformer body when the critic is a separate model."""
+
+    def __init__(self, head: ValueHead, body: nn.Module | None = None) -> None:
+        super().__init__()
+        self.head = head
+        self.body = body
+
+    @property
+    def shared(self) -> bool:
+        """True when the head reads the policy's hidden states."""
+        return self.body is None
+
+    def forward(self, batch: MicroBatch, policy_hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """Values [rows, width]: position c holds V(state before token c + 1)."""
+        if self.body is not None:
+            return self.head(last_hidden_state(self.body, batch))
+        if policy_hidden is None:
+            raise ValueError("a value head on the policy needs the policy's hidden states")
+        return self.head(policy_hidden)
+
+
+def hidden_size(model: Any) -> int:
+    """Width of a causal LM's last hidden state (the text part of multimodal configs)."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.hidden_size)
+
+
+def build_critic(spec: CriticSpec, policy: Any, load_model: Callable[[str | None], Any]) -> Critic:
+    """The critic `spec` asks for; `load_model(path)` loads a causal LM for a separate body.
+
+    A separate critic keeps only the loaded model's transformer body (its
+    `base_model`); the LM head is dropped.
+    """
+    if not spec.separate:
+        return Critic(ValueHead(hidden_size(policy)))
+    model = load_model(spec.path)
+    return Critic(ValueHead(hidden_size(model)), body=model.base_model)

@@ -1,0 +1,430 @@
+"""Offline training stages (SFT, DPO): a fixed dataset instead of rollouts.
+
+A `train` stage whose algorithm says `needs.online = False` runs here. It
+uses the online stage's Learner (model, AdamW, lr schedule, accelerate) and
+the same checkpoints, so `stages: [sft, grpo, eval]` chain through
+checkpoints and a resumed stage continues exactly: the examples of step t are
+a pure function of (run.seed, t).
+
+Saved rollouts: with `tracking.save_rollouts`, every trajectory of a stage
+(each update's rollouts, or an eval stage's episodes) is written as JSONL
+under `<run.output_dir>/rollouts/`; DPO's `pairs_from` reads them.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+
+from agentgym_core import hookimpl
+from agentgym_core.config.errors import ConfigError, Problem, dotted, pydantic_problems
+from agentgym_core.data.agenttraj import (
+    AgentTrajError,
+    AgentTrajItem,
+    Message,
+    parse_items,
+    tokenize,
+    write_items,
+)
+from agentgym_core.data.expert import expert_items
+from agentgym_core.interfaces import OfflineAlgorithm
+from agentgym_core.learner.learner import Learner, LearnerSettings
+from agentgym_core.learner.sequence import Example, sequence_update
+from agentgym_core.plugins import PluginHost
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.run.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from agentgym_core.run.components import build_components, load_configured_model
+from agentgym_core.run.evaluate import evaluate_model
+from agentgym_core.run.train import TrainResult, TrainStage, eval_settings, rollout_settings
+from agentgym_core.tracking.console import ProgressBar
+from agentgym_core.types import Trajectory
+
+ROLLOUTS = "rollouts"
+"""Sub-folder of a stage's output dir holding its saved trajectories."""
+
+# -- saved rollouts ----------------------------------------------------------------------
+
+
+def save_rollouts(path: Path, trajectories: Iterable[Trajectory]) -> Path:
+    """Write trajectories as JSONL (`Trajectory.to_dict` per line), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        for trajectory in trajectories:
+            out.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_rollouts(folder: Path) -> list[Trajectory]:
+    """Every trajectory saved under `folder` (files in name order)."""
+    out = []
+    for path in sorted(folder.glob("*.jsonl")):
+        with path.open(encoding="utf-8") as lines:
+            out.extend(Trajectory.from_dict(json.loads(line)) for line in lines if line.strip())
+    return out
+
+
+class RolloutRecorder:
+    """Saves every trajectory of a stage: `step-000012.jsonl` per update, `eval-<split>.jsonl`."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.folder = Path(output_dir) / ROLLOUTS
+
+    @hookimpl
+    def agentgym_after_rollout(self, step: int, batch: Any, metrics: Mapping[str, float]) -> None:
+        """Write the rollouts of update `step` (a resumed step overwrites its file)."""
+        save_rollouts(self.folder / f"step-{step:06d}.jsonl", batch.trajectories)
+
+    def save_evaluation(self, split: str, trajectories: Sequence[Trajectory]) -> Path:
+        """Write an evaluation's episodes."""
+        return save_rollouts(self.folder / f"eval-{split}.jsonl", trajectories)
+
+
+def start_recording(resolved: Any, host: PluginHost) -> RolloutRecorder | None:
+    """Register a recorder for this stage when `tracking.save_rollouts` is on."""
+    if not resolved.root.tracking.save_rollouts:
+        return None
+    recorder = RolloutRecorder(Path(resolved.root.run.output_dir))
+    host.pm.register(recorder, name=f"rollouts-{id(recorder)}")
+    return recorder
+
+
+def stop_recording(host: PluginHost, recorder: RolloutRecorder | None) -> None:
+    """Unregister a recorder made by `start_recording` (None: nothing to do)."""
+    if recorder is not None:
+        host.pm.unregister(recorder)
+
+
+# -- choosing the stage kind -----------------------------------------------------------
+
+
+def stage_algorithm(resolved: Any) -> Any | None:
+    """A fresh instance of the config's algorithm (None without one)."""
+    if "algorithm" not in resolved.components:
+        return None
+    registration, options = resolved.components["algorithm"]
+    return registration.factory(options)
+
+
+def is_offline(algorithm: Any) -> bool:
+    """Whether an algorithm trains on a fixed dataset (`needs.online` False)."""
+    return algorithm is not None and not algorithm.needs.online
+
+
+def make_train_stage(
+    resolved: Any,
+    host: PluginHost,
+    *,
+    start_model: str | Path | None = None,
+    earlier: Mapping[str, Path] | None = None,
+    prefix: Sequence[Any] = (),
+) -> TrainStage | OfflineStage:
+    """The stage runner for a `train` stage: offline algorithms here, online ones in train.py."""
+    if is_offline(stage_algorithm(resolved)):
+        return OfflineStage(resolved, host, start_model=start_model, earlier=earlier, prefix=prefix)
+    return TrainStage(resolved, host, start_model=start_model)
+
+
+def stage_prefix(resolved: Any, index: int) -> tuple[Any, ...]:
+    """Key-path prefix of stage `index` in errors (`stages.1`), none for a config without stages."""
+    return ("stages", index) if resolved.root.stages else ()
+
+
+def check_stage_sources(resolved: Any, stages: Sequence[Any]) -> None:
+    """Before anything runs: every stage an offline algorithm reads from exists and saves rollouts.
+
+    Raises:
+        ConfigError: naming the option (`stages.2.algorithm.pairs_from`) and the fix.
+    """
+    problems = []
+    for index, stage in enumerate(stages):
+        algorithm = stage_algorithm(stage.config) if stage.type == "train" else None
+        if not is_offline(algorithm):
+            continue
+        before = {s.name: (i, s) for i, s in enumerate(stages[:index])}
+        for key, name in algorithm.source_stages().items():
+            path = dotted((*stage_prefix(resolved, index), "algorithm", key))
+            if name not in before:
+                known = ", ".join(before) or "none"
+                problems.append(
+                    Problem(path, f"no earlier stage named {name!r} (earlier: {known})")
+                )
+            elif not before[name][1].config.root.tracking.save_rollouts:
+                fix = dotted((*stage_prefix(resolved, before[name][0]), "tracking.save_rollouts"))
+                problems.append(
+                    Problem(path, f"stage {name!r} does not save its rollouts; set {fix}: true")
+                )
+    if problems:
+        raise ConfigError(problems, str(resolved.source) if resolved.source else None)
+
+
+# -- the dataset services --------------------------------------------------------------
+
+
+class StageData:
+    """`OfflineDataset` for one stage: files, tokenization, expert episodes, earlier rollouts."""
+
+    def __init__(
+        self,
+        resolved: Any,
+        chat: ChatFormat,
+        *,
+        earlier: Mapping[str, Path],
+        prefix: Sequence[Any],
+    ) -> None:
+        self.resolved = resolved
+        self.chat = chat
+        self.earlier = dict(earlier)
+        self.prefix = tuple(prefix)
+        self.seed = resolved.root.run.seed
+        self.output_dir = Path(resolved.root.run.output_dir)
+
+    def error(self, key: str, message: str) -> ConfigError:
+        """A config error at `algorithm.<key>` of this stage."""
+        path = dotted((*self.prefix, "algorithm", *([key] if key else [])))
+        source = self.resolved.source
+        return ConfigError([Problem(path, message)], str(source) if source else None)
+
+    def files(self, patterns: Sequence[str], key: str) -> list[Path]:
+        """Paths and globs (relative to the working directory), each matching at least one file."""
+        found: list[Path] = []
+        for index, pattern in enumerate(patterns):
+            matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
+            matches = [p for p in matches if p.is_file()]
+            if not matches:
+                raise self.error(f"{key}.{index}", f"no file matches {pattern!r}")
+            found.extend(matches)
+        return found
+
+    def sequence(self, messages: Sequence[Message], *, task_id: int = -1) -> Trajectory:
+        """A conversation tokenized as a rollout of it."""
+        ids, mask = tokenize(self.chat, messages)
+        return Trajectory(
+            task_id=task_id, group=0, token_ids=ids, loss_mask=mask, logprobs=[0.0] * len(ids)
+        )
+
+    def expert_items(
+        self, *, episodes: int, split: str, max_turns: int, env_options: Mapping[str, Any], key: str
+    ) -> list[AgentTrajItem]:
+        """Successful expert episodes of the first `episodes` tasks, also saved as expert.json."""
+        registration, options = self.resolved.components["env"]
+        merged = {**options.model_dump(), **env_options}
+        try:
+            validated = registration.config.model_validate(merged)
+        except ValidationError as exc:
+            problems = pydantic_problems(exc, registration.config, (*self.prefix, "algorithm", key))
+            raise ConfigError(problems, str(self.resolved.source or "")) from None
+        env = registration.factory(validated)
+        try:
+            try:
+                tasks = list(env.tasks(split))[:episodes]
+            except ValueError as exc:
+                raise self.error("expert.split", str(exc)) from None
+            try:
+                raw, _ = expert_items(env, registration.name, tasks, max_turns=max_turns)
+            except TypeError as exc:
+                raise self.error("expert", str(exc)) from None
+        finally:
+            env.close()
+        items = parse_items(raw, f"<expert {registration.name}>")
+        write_items(items, self.output_dir / "expert.json")
+        return items
+
+    def stage_rollouts(self, stage: str, key: str) -> list[Trajectory]:
+        """Trajectories saved by the earlier stage `stage`, checked against this tokenizer."""
+        if stage not in self.earlier:
+            known = ", ".join(self.earlier) or "none"
+            raise self.error(key, f"no earlier stage named {stage!r} (earlier: {known})")
+        folder = self.earlier[stage] / ROLLOUTS
+        trajectories = read_rollouts(folder) if folder.is_dir() else []
+        if not trajectories:
+            raise self.error(
+                key, f"stage {stage!r} saved no rollouts in {folder} (tracking.save_rollouts)"
+            )
+        vocab = len(self.chat.tokenizer)
+        if max(max(t.token_ids, default=0) for t in trajectories) >= vocab:
+            raise self.error(
+                key, f"rollouts of {stage!r} hold token ids beyond this tokenizer ({vocab} tokens)"
+            )
+        return trajectories
+
+
+def step_indices(step: int, batch_size: int, count: int, seed: int) -> list[int]:
+    """Example indices of update `step`: consecutive slices of seeded per-epoch permutations."""
+    orders: dict[int, list[int]] = {}
+    out = []
+    for position in range(step * batch_size, (step + 1) * batch_size):
+        epoch, offset = divmod(position, count)
+        if epoch not in orders:
+            orders[epoch] = list(range(count))
+            random.Random(seed * 1_000_003 + epoch).shuffle(orders[epoch])
+        out.append(orders[epoch][offset])
+    return out
+
+
+# -- the stage -------------------------------------------------------------------------
+
+
+class OfflineStage:
+    """Runs one `train` stage of an offline algorithm."""
+
+    def __init__(
+        self,
+        resolved: Any,
+        host: PluginHost,
+        *,
+        start_model: str | Path | None = None,
+        earlier: Mapping[str, Path] | None = None,
+        prefix: Sequence[Any] = (),
+    ) -> None:
+        self.resolved = resolved
+        self.root = resolved.root
+        self.host = host
+        self.output_dir = Path(self.root.run.output_dir)
+        self.start_model = Path(start_model or self.root.model.path)
+        self.earlier = dict(earlier or {})
+        self.prefix = tuple(prefix)
+        self.components = build_components(resolved)
+        self.algorithm: OfflineAlgorithm = self.components.algorithm
+
+    def run(self, *, show_progress: bool = True) -> TrainResult:
+        """Train to `trainer.steps` on the algorithm's examples, resuming when allowed."""
+        root, trainer = self.root, self.root.trainer
+        torch.manual_seed(root.run.seed)
+        random.seed(root.run.seed)
+        resume = latest_checkpoint(self.output_dir) if trainer.resume else None
+        model, tokenizer = load_configured_model(root.model, resume or self.start_model)
+        reference = None
+        if self.algorithm.needs.reference:
+            reference, _ = load_configured_model(root.model, self.start_model)
+        learner = Learner(model, self.algorithm, self._learner_settings(), reference=reference)
+        state = load_trainer_state(resume) if resume else None
+        history: list[dict[str, float]] = list(state["history"]) if state else []
+        first_step = state["step"] if state else 0
+        if state:
+            learner.optimizer.load_state_dict(state["optimizer"])
+            learner.load_state(state["extra"]["learner"])
+        if first_step >= trainer.steps:  # finished earlier: a re-run pipeline moves on
+            return TrainResult(Path(resume or self.start_model), history, first_step)
+        examples, dropped = self._examples(ChatFormat(tokenizer, model.generation_config))
+        if show_progress:
+            print(f"[{self.root.run.name}] {len(examples)} examples ({dropped} left out)")
+        progress = ProgressBar(trainer.steps, first_step, enabled=show_progress)
+        checkpoint = resume or self.start_model
+        try:
+            for step in range(first_step, trainer.steps):
+                metrics = self._step(step, learner, examples)
+                metrics["data/examples"] = float(len(examples))
+                history.append(metrics)
+                self.host.after_update(step, metrics)
+                progress.update(step + 1, metrics)
+                checkpoint = self._maybe_checkpoint(
+                    step + 1, learner, tokenizer, history, checkpoint
+                )
+                if trainer.eval_every and (step + 1) % trainer.eval_every == 0:
+                    self._evaluate(step + 1, learner.unwrapped, tokenizer, history)
+        finally:
+            progress.close()
+        return TrainResult(Path(checkpoint), history, first_step)
+
+    def _learner_settings(self) -> LearnerSettings:
+        trainer = self.root.trainer
+        return LearnerSettings(
+            lr=trainer.lr,
+            lr_schedule=trainer.lr_schedule,
+            warmup_steps=trainer.warmup_steps,
+            total_steps=trainer.steps,
+            weight_decay=trainer.weight_decay,
+            micro_batch_tokens=trainer.micro_batch_tokens,
+            max_grad_norm=trainer.max_grad_norm,
+            seed=self.root.run.seed,
+        )
+
+    def _examples(self, chat: ChatFormat) -> tuple[list[Example], int]:
+        """The algorithm's examples that fit the context budget and train on something."""
+        data = StageData(self.resolved, chat, earlier=self.earlier, prefix=self.prefix)
+        try:
+            examples = self.algorithm.examples(data)
+        except AgentTrajError as exc:
+            raise data.error("", str(exc)) from None
+        budget = self.root.rollout.max_context_tokens
+        kept = [
+            example
+            for example in examples
+            if all(len(s.token_ids) <= budget and sum(s.loss_mask[1:]) > 0 for s in example)
+        ]
+        if not kept:
+            raise data.error(
+                "",
+                f"no training examples: {len(examples)} built, none with agent tokens "
+                f"within rollout.max_context_tokens={budget}",
+            )
+        return kept, len(examples) - len(kept)
+
+    def _step(self, step: int, learner: Learner, examples: list[Example]) -> dict[str, float]:
+        size = self.algorithm.batch_size
+        indices = step_indices(step, size, len(examples), self.root.run.seed)
+        metrics = sequence_update(
+            learner,
+            self.algorithm,
+            [examples[i] for i in indices],
+            micro_batch_tokens=self.root.trainer.micro_batch_tokens,
+        )
+        out = {f"train/{k}": v for k, v in metrics.items()}
+        out["train/epoch"] = (step + 1) * size / len(examples)
+        return out
+
+    def _maybe_checkpoint(
+        self,
+        done: int,
+        learner: Learner,
+        tokenizer: Any,
+        history: list[dict[str, float]],
+        current: Path,
+    ) -> Path:
+        """Save after `done` updates when due (every N and at the end); returns the newest."""
+        trainer = self.root.trainer
+        every = trainer.checkpoint_every
+        if not ((every and done % every == 0) or done == trainer.steps):
+            return current
+        path = save_checkpoint(
+            self.output_dir,
+            done,
+            model=learner.unwrapped,
+            tokenizer=tokenizer,
+            optimizer=learner.optimizer,
+            history=history,
+            extra={"learner": learner.state()},
+        )
+        prune_checkpoints(self.output_dir, trainer.keep_checkpoints)
+        self.host.on_checkpoint(done, path)
+        return path
+
+    def _evaluate(
+        self, step: int, model: Any, tokenizer: Any, history: list[dict[str, float]]
+    ) -> dict[str, float]:
+        settings = eval_settings(self.root, self.components, steps=step, history=history)
+        rollout = rollout_settings(self.root, max_turns=settings.max_turns, seed=self.root.run.seed)
+        metrics, _ = evaluate_model(
+            model,
+            tokenizer,
+            self.components,
+            settings,
+            rollout,
+            env_threads=self.root.rollout.env_threads,
+        )
+        self.host.after_evaluation(step, settings.split, metrics)
+        return metrics

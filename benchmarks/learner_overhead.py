@@ -1,0 +1,155 @@
+"""Learner.update vs a bare torch loop on the same packed tokens (goal: <= 1.1x).
+
+Both start from the same weights and train on the same trajectories (real
+BabyAI episodes played once by the `hf` policy, advantages +-1): one GRPO
+update, one optimizer step, the same micro-batches. The bare loop is what a
+hand-written trainer would do: forward, masked log-softmax of the targets, the
+clipped loss, backward, clip, AdamW step. It receives the micro-batches
+already packed; the learner packs them itself, so packing counts as learner
+overhead. Extra rows time the bare loop plus one piece of the learner's work
+each, to say where the difference goes. Medians of wall time and of process
+CPU time (all threads): on a shared machine the CPU time is the steadier one.
+
+    .venv/bin/python benchmarks/learner_overhead.py --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from agentgym_algo_grpo import GRPO, GRPOConfig
+from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentgym_core.learner.learner import Learner, LearnerSettings
+from agentgym_core.learner.losses import clipped_policy_loss
+from agentgym_core.learner.packing import pack
+from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
+from agentgym_core.policies.constraints import apply_allowed_mask
+from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.types import TrajectoryBatch
+
+LEVELS = ["GoToLocal", "PickupDist", "OpenDoor"]
+SIZES = {
+    "tiny (h64, 2 layers)": {},
+    "small (h256, 4 layers)": {"hidden_size": 256, "num_layers": 4, "intermediate_size": 688},
+}
+
+
+def build_model(folder: Path, size: dict, texts: list[str]):
+    init_model(texts, folder, TinyModelConfig(vocab_size=512, **size))
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
+def trajectories(model, tokenizer, episodes: int, turns: int):
+    """Real episodes, with fixed +-1 advantages so every one carries gradient."""
+    config = BabyAIConfig(levels=LEVELS)
+    policy = HFPolicy(HFPolicyConfig(), model=model, tokenizer=tokenizer)
+    engine = RolloutEngine(
+        lambda: BabyAIEnv(config), policy, ChatFormat(tokenizer, model.generation_config)
+    )
+    tasks = BabyAIEnv(config).tasks("train")[:episodes]
+    specs = [EpisodeSpec(task, group=i) for i, task in enumerate(tasks)]
+    out = engine.run(specs, RolloutSettings(max_turns=turns, seed=0, concurrency=episodes))
+    engine.close()
+    policy.close()
+    for index, traj in enumerate(out):
+        traj.advantages = [(1.0 if index % 2 else -1.0) * m for m in traj.loss_mask]
+    return out
+
+
+def bare_update(model, optimizer, micro_batches, *, entropy=False, mask=False) -> None:
+    """One optimizer step written by hand; `entropy` / `mask` add that piece of learner work."""
+    model.train()
+    normalizer = float(sum(mb.num_masked for mb in micro_batches))
+    for mb in micro_batches:
+        out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+        logits = out.logits.float()
+        rows, width, vocab = logits.shape
+        flat = logits.reshape(rows * width, vocab)
+        if mask and mb.constrained_at:
+            index = [r * width + c for r, c in mb.constrained_at]
+            flat = apply_allowed_mask(flat, index, mb.constrained_ids)
+        logp = torch.log_softmax(flat, dim=-1)
+        chosen = logp.gather(1, mb.targets.reshape(-1, 1)).reshape(rows, width)
+        loss, _ = clipped_policy_loss(
+            chosen, chosen.detach(), mb.advantages, mb.mask, normalizer, clip_low=0.2
+        )
+        if entropy:
+            finite = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
+            loss = loss + 0.0 * (-(logp.exp() * finite).sum(-1)).sum()
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def measure(size_name: str, size: dict, texts: list[str], args) -> list[tuple[str, float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        model, tokenizer = build_model(Path(tmp), size, texts)
+    batch = trajectories(model, tokenizer, args.episodes, args.turns)
+    settings = LearnerSettings(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens, seed=0)
+    learner = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), settings)
+    bare_model = copy.deepcopy(model)
+    bare_optimizer = torch.optim.AdamW(bare_model.parameters(), lr=1e-5)
+    packed = pack(batch, row_tokens=None, micro_batch_tokens=args.micro_batch_tokens)
+
+    def bare(micro_batches=packed, **extra):
+        return bare_update(bare_model, bare_optimizer, micro_batches, **extra)
+
+    variants = {
+        "bare loop": bare,
+        "bare + constraint mask": lambda: bare(mask=True),
+        "bare + entropy": lambda: bare(entropy=True),
+        "bare + packing": lambda: bare(
+            pack(batch, row_tokens=None, micro_batch_tokens=args.micro_batch_tokens)
+        ),
+        "Learner.update": lambda: learner.update(TrajectoryBatch(batch)),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    for run in variants.values():  # warm-up: allocator, first-call costs
+        run()
+    for _ in range(args.repeats):  # interleaved, so machine load hits every variant alike
+        for name, run in variants.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            run()
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    tokens = sum(len(t.token_ids) for t in batch)
+    print(f"\n{size_name}: {len(batch)} trajectories, {tokens} tokens, {len(packed)} micro-batches")
+    return [(name, statistics.median(times[name]), statistics.median(cpu[name])) for name in times]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--micro-batch-tokens", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    env = BabyAIEnv(BabyAIConfig(levels=LEVELS))
+    texts = env_corpus(env, env.tasks("train")[:200], max_turns=5)
+    for size_name, size in SIZES.items():
+        rows = measure(size_name, size, texts, args)
+        bare, bare_cpu = rows[0][1], rows[0][2]
+        print("| variant | wall s / update | vs bare loop | CPU s / update | vs bare loop |")
+        print("|---|---|---|---|---|")
+        for name, seconds, cpu in rows:
+            print(
+                f"| {name} | {seconds:.3f} | {seconds / bare:.2f}x | {cpu:.3f} | "
+                f"{cpu / bare_cpu:.2f}x |"
+            )
+
+
+if __name__ == "__main__":
+    main()

