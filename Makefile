@@ -7,7 +7,7 @@ PLUGIN_PROJECTS := $(sort $(wildcard plugins/*/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PROJECTS))
 TORCH := torch==2.13.0
 
-.PHONY: install browsers demo test test-fast test-vllm lint format clean
+.PHONY: install browsers java demo test test-fast test-vllm lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,15 @@ $(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
 	$(BIN)/python -m pip install -q -e '.[dev,serve]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)
 
-install: browsers $(STAMP)
+install: browsers java $(STAMP)
 
 # Headless Chromium and chromedriver for the webnav env (apt-get, only when missing).
 browsers:
 	bash scripts/ensure_chromium.sh
+
+# A headless Java runtime for the sciworld env's ScienceWorld jar (apt-get, only when missing).
+java:
+	bash plugins/envs/sciworld/scripts/ensure_java.sh
 
 demo: install
 	$(BIN)/python examples/babyai_demo.py
