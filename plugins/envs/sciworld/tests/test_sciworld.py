@@ -170,7 +170,7 @@ def test_protocol_conformance(env):
 
 @pytest.mark.slow
 def test_gold_path_wins_a_sample_of_every_default_type(java):
-    """Three random test variations of each of the 23 default types (about 5 minutes)."""
+    """Three random test variations of each of the 23 default types (one to two minutes)."""
     env = SciWorldEnv(SciWorldConfig())
     try:
         rng = random.Random(0)

@@ -15,6 +15,10 @@ import pytest
 from agentgym_env_sciworld import SciWorldConfig, SciWorldEnv
 from agentgym_env_sciworld.client import Worker, WorkerError
 
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutSettings
+from agentgym_core.rollout.text import TextRolloutEngine
+from agentgym_core.types import Termination
+
 FIND_ANIMAL_TEST = 140_225
 """A test variation of find-animal: its room lists three wood cups, in hash-set order."""
 
@@ -70,6 +74,54 @@ def test_a_crash_raises_instead_of_scoring_and_the_next_reset_recovers(env):
         assert gone(worker.pid) and gone(worker.jvm_pid), victim
     env.reset(FIND_ANIMAL_TEST)
     assert env.step("open door to hallway").reward == pytest.approx(0.08)
+
+
+class JvmKillingPolicy:
+    """A scripted text policy: always opens the door, but first kills the JVM of `envs[0]` once."""
+
+    text_level = True
+
+    def __init__(self, envs: list[SciWorldEnv]) -> None:
+        self.envs, self.killed = envs, False
+        self.pids: set[int] = set()
+
+    async def chat(self, messages, params, allowed_actions=None) -> str:
+        for env in self.envs:
+            if env.worker is not None:
+                self.pids |= {env.worker.pid, env.worker.jvm_pid}
+        if not self.killed:
+            os.kill(self.envs[0].worker.jvm_pid, signal.SIGKILL)
+            self.killed = True
+        return "open door to hallway"
+
+    async def aclose(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_rollout_engine_records_a_crash_as_env_error_not_a_score(java):
+    envs: list[SciWorldEnv] = []
+
+    def factory() -> SciWorldEnv:
+        envs.append(SciWorldEnv(SciWorldConfig(tasks=["find-animal"])))
+        return envs[-1]
+
+    policy = JvmKillingPolicy(envs)
+    engine = TextRolloutEngine(factory, policy, env_threads=1)
+    try:
+        crashed, played = engine.run(
+            [EpisodeSpec(FIND_ANIMAL_TEST, 0), EpisodeSpec(FIND_ANIMAL_TEST, 1)],
+            RolloutSettings(max_turns=2, constrained=False, concurrency=1),
+        )
+    finally:
+        engine.close()
+    assert crashed.termination == Termination.ENV_ERROR and "WorkerError" in crashed.error
+    assert played.termination == Termination.HORIZON and played.reward == pytest.approx(0.08)
+    assert len(envs) == 2  # the broken env was dropped, a fresh one (and JVM) played on
+    assert all(env.worker is None for env in envs) and len(policy.pids) == 4
+    assert all(gone(pid) for pid in policy.pids)  # engine.close() closed the pool
 
 
 def test_a_hung_worker_is_killed_after_the_call_timeout(env):
