@@ -168,6 +168,9 @@ class AlgorithmNeeds:
     `Trajectory.values` when `advantages` runs; `LossInputs.values` has them with gradient."""
     group_size: int = 1
     """Samples per task in one update (GRPO, RLOO need > 1)."""
+    entropy_grad: bool = True
+    """True: the loss differentiates `LossInputs.entropy` (an entropy bonus). False: the
+    entropy is only logged, and the learner computes it without autograd (cheaper)."""
 
 
 @runtime_checkable

@@ -5,10 +5,10 @@ BabyAI episodes played once by the `hf` policy, advantages +-1): one GRPO
 update, one optimizer step, the same micro-batches. The bare loop is what a
 hand-written trainer would do: forward, masked log-softmax of the targets, the
 clipped loss, backward, clip, AdamW step. It receives the micro-batches
-already packed; the learner packs them itself, so packing counts as learner
-overhead. Extra rows time the bare loop plus one piece of the learner's work
-each, to say where the difference goes. Medians of wall time and of process
-CPU time (all threads): on a shared machine the CPU time is the steadier one.
+already packed; the learner packs them itself, applies the sampler's action
+constraints and computes the entropy, so all of that counts as learner
+overhead. Medians of wall time and of process CPU time (all threads),
+interleaved: on a shared machine the CPU time is the steadier one.
 
     .venv/bin/python benchmarks/learner_overhead.py --repeats 7
 """
@@ -31,7 +31,6 @@ from agentgym_core.learner.learner import Learner, LearnerSettings
 from agentgym_core.learner.losses import clipped_policy_loss
 from agentgym_core.learner.packing import pack
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
-from agentgym_core.policies.constraints import apply_allowed_mask
 from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
@@ -39,8 +38,8 @@ from agentgym_core.types import TrajectoryBatch
 
 LEVELS = ["GoToLocal", "PickupDist", "OpenDoor"]
 SIZES = {
-    "tiny (h64, 2 layers)": {},
-    "small (h256, 4 layers)": {"hidden_size": 256, "num_layers": 4, "intermediate_size": 688},
+    "tiny": {},
+    "small": {"hidden_size": 256, "num_layers": 4, "intermediate_size": 688},
 }
 
 
@@ -66,26 +65,37 @@ def trajectories(model, tokenizer, episodes: int, turns: int):
     return out
 
 
-def bare_update(model, optimizer, micro_batches, *, entropy=False, mask=False) -> None:
-    """One optimizer step written by hand; `entropy` / `mask` add that piece of learner work."""
+def bare_update(model, optimizer, micro_batches, *, agent_only=False) -> None:
+    """One optimizer step written by hand.
+
+    The plain loop takes the log-softmax over the logits of every position, as a
+    hand-written trainer usually does; `agent_only` computes the logits at the
+    agent tokens only (the learner's own trick), the leanest loop we could write.
+    Neither applies the constraint mask nor computes the entropy.
+    """
     model.train()
     normalizer = float(sum(mb.num_masked for mb in micro_batches))
     for mb in micro_batches:
-        out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
-        logits = out.logits.float()
-        rows, width, vocab = logits.shape
-        flat = logits.reshape(rows * width, vocab)
-        if mask and mb.constrained_at:
-            index = [r * width + c for r, c in mb.constrained_at]
-            flat = apply_allowed_mask(flat, index, mb.constrained_ids)
-        logp = torch.log_softmax(flat, dim=-1)
-        chosen = logp.gather(1, mb.targets.reshape(-1, 1)).reshape(rows, width)
+        mask = mb.mask.bool()
+        if agent_only:
+            columns = mask.any(0).nonzero().squeeze(1)
+            out = model(
+                input_ids=mb.input_ids,
+                position_ids=mb.position_ids,
+                use_cache=False,
+                logits_to_keep=columns,
+            )
+            logp = torch.log_softmax(out.logits[mask[:, columns]].float(), dim=-1)
+            chosen = mask.float().masked_scatter(
+                mask, logp.gather(1, mb.targets[mask].unsqueeze(1)).squeeze(1)
+            )
+        else:
+            out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+            logp = torch.log_softmax(out.logits.float(), dim=-1)
+            chosen = logp.gather(2, mb.targets.unsqueeze(2)).squeeze(2)
         loss, _ = clipped_policy_loss(
             chosen, chosen.detach(), mb.advantages, mb.mask, normalizer, clip_low=0.2
         )
-        if entropy:
-            finite = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
-            loss = loss + 0.0 * (-(logp.exp() * finite).sum(-1)).sum()
         loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
@@ -98,21 +108,18 @@ def measure(size_name: str, size: dict, texts: list[str], args) -> list[tuple[st
     batch = trajectories(model, tokenizer, args.episodes, args.turns)
     settings = LearnerSettings(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens, seed=0)
     learner = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), settings)
+    with_entropy = Learner(copy.deepcopy(model), GRPO(GRPOConfig(entropy_coef=0.01)), settings)
     bare_model = copy.deepcopy(model)
     bare_optimizer = torch.optim.AdamW(bare_model.parameters(), lr=1e-5)
     packed = pack(batch, row_tokens=None, micro_batch_tokens=args.micro_batch_tokens)
 
-    def bare(micro_batches=packed, **extra):
-        return bare_update(bare_model, bare_optimizer, micro_batches, **extra)
-
     variants = {
-        "bare loop": bare,
-        "bare + constraint mask": lambda: bare(mask=True),
-        "bare + entropy": lambda: bare(entropy=True),
-        "bare + packing": lambda: bare(
-            pack(batch, row_tokens=None, micro_batch_tokens=args.micro_batch_tokens)
+        "bare loop": lambda: bare_update(bare_model, bare_optimizer, packed),
+        "bare loop, agent-token logits": lambda: bare_update(
+            bare_model, bare_optimizer, packed, agent_only=True
         ),
         "Learner.update": lambda: learner.update(TrajectoryBatch(batch)),
+        "Learner.update, entropy bonus": lambda: with_entropy.update(TrajectoryBatch(batch)),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
@@ -135,12 +142,13 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--micro-batch-tokens", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     args = parser.parse_args()
     torch.manual_seed(0)
     env = BabyAIEnv(BabyAIConfig(levels=LEVELS))
     texts = env_corpus(env, env.tasks("train")[:200], max_turns=5)
-    for size_name, size in SIZES.items():
-        rows = measure(size_name, size, texts, args)
+    for size_name in args.sizes:
+        rows = measure(size_name, SIZES[size_name], texts, args)
         bare, bare_cpu = rows[0][1], rows[0][2]
         print("| variant | wall s / update | vs bare loop | CPU s / update | vs bare loop |")
         print("|---|---|---|---|---|")

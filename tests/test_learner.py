@@ -255,3 +255,84 @@ def test_outcome_reward_sits_on_the_last_generated_token():
     traj.ref_logprobs = None
     with pytest.raises(ValueError, match="AlgorithmNeeds.reference"):
         token_rewards(traj, outcome=1.0, kl_coef=0.2)
+
+
+def _full_vocab_reference(model, mb, temperature):
+    """What `token_logprobs` computed before it kept only agent positions: every logit."""
+    out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+    logits = out.logits.float()
+    logits = logits / temperature
+    for (r, c), ids in zip(mb.constrained_at, mb.constrained_ids, strict=True):
+        keep = torch.full_like(logits[r, c], float("-inf"))
+        keep[list(ids)] = 0.0
+        logits[r, c] = logits[r, c] + keep
+    logp = torch.log_softmax(logits, -1)
+    chosen = logp.gather(2, mb.targets.unsqueeze(2)).squeeze(2)
+    entropy = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
+    return chosen, entropy
+
+
+def _constrained_batch(vocab: int):
+    rng = random.Random(7)
+    trajs = [_traj(rng, vocab, n) for n in (30, 12, 21, 9)]
+    for traj in trajs:  # constrain two agent positions per trajectory, the target among them
+        for position in (len(traj.token_ids) - 1, len(traj.token_ids) - 3):
+            traj.constraints[position] = tuple(sorted({traj.token_ids[position], 3, 4}))
+    return pack(trajs, row_tokens=32, micro_batch_tokens=1 << 20)
+
+
+def test_agent_position_logprobs_equal_the_full_vocabulary_computation(tiny_model):
+    model, _ = tiny_model
+    (mb,) = _constrained_batch(model.config.vocab_size)
+    assert len(mb.input_ids) > 1 and mb.constrained_at
+    mask = mb.mask.bool()
+    logprobs, entropy = token_logprobs(model, mb, 0.7)
+    (logprobs.sum() + entropy.sum()).backward()
+    fast = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    chosen, full_entropy = _full_vocab_reference(model, mb, 0.7)
+    (chosen[mask].sum() + full_entropy[mask].sum()).backward()
+    assert torch.allclose(logprobs[mask], chosen[mask], atol=1e-5)
+    assert torch.allclose(entropy[mask], full_entropy[mask], atol=1e-5)
+    assert not logprobs[~mask].any() and not entropy[~mask].any()  # 0 off agent tokens
+    for name, param in model.named_parameters():
+        assert torch.allclose(fast[name], param.grad, atol=1e-5), name
+    model.zero_grad()
+
+
+def test_models_without_logits_to_keep_get_the_same_values(tiny_model):
+    model, _ = tiny_model
+
+    class PlainForward(torch.nn.Module):  # a remote-code model whose forward lacks the option
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, position_ids, use_cache, output_hidden_states):
+            return self.inner(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                use_cache=use_cache,
+                output_hidden_states=output_hidden_states,
+            )
+
+    (mb,) = _constrained_batch(model.config.vocab_size)
+    with torch.no_grad():
+        fast, _ = token_logprobs(model, mb, 1.0)
+        plain, _ = token_logprobs(PlainForward(model), mb, 1.0)
+    assert torch.allclose(fast, plain, atol=1e-6)
+
+
+def test_entropy_carries_gradient_only_when_the_algorithm_uses_it(tiny_model):
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    from agentgym_core.learner.learner import policy_forward
+
+    model, _ = tiny_model
+    (mb,) = _constrained_batch(model.config.vocab_size)
+    assert GRPO(GRPOConfig()).needs.entropy_grad is False
+    assert GRPO(GRPOConfig(entropy_coef=0.01)).needs.entropy_grad is True
+    logprobs, entropy, _ = policy_forward(model, mb, 1.0, entropy_grad=False)
+    assert logprobs.requires_grad and not entropy.requires_grad
+    _, entropy, _ = policy_forward(model, mb, 1.0)
+    assert entropy.requires_grad

@@ -10,6 +10,8 @@ action constraints (and values, with a critic), and asks the algorithm for the l
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import random
 import time
@@ -24,7 +26,7 @@ from accelerate import Accelerator
 from agentgym_core.interfaces import Algorithm, CriticSpec, LossInputs
 from agentgym_core.learner.critic import Critic, ValueHead, hidden_size, last_hidden_state
 from agentgym_core.learner.packing import MicroBatch, pack, unpack
-from agentgym_core.policies.constraints import apply_allowed_mask
+from agentgym_core.policies.constraints import allowed_mask
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 
@@ -50,7 +52,7 @@ class LearnerSettings:
 def token_logprobs(
     model: Any, batch: MicroBatch, temperature: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probabilities of the targets and the entropy, both [rows, width].
+    """Log-probabilities of the targets and the entropy, both [rows, width], 0 off agent tokens.
 
     Logits are divided by the sampling temperature and restricted to the
     sampler's allowed ids where decoding was constrained.
@@ -60,29 +62,68 @@ def token_logprobs(
 
 
 def policy_forward(
-    model: Any, batch: MicroBatch, temperature: float, *, hidden: bool = False
+    model: Any,
+    batch: MicroBatch,
+    temperature: float,
+    *,
+    hidden: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """`token_logprobs`, plus the last hidden state [rows, width, hidden] when `hidden`."""
+    """`token_logprobs`, plus the last hidden state [rows, width, hidden] when `hidden`.
+
+    Only agent tokens (`batch.mask`) carry loss, and they are a small share of
+    a multi-turn sequence, so the output projection, log-softmax and entropy run
+    on their positions alone: the [tokens, vocab] logits of the whole batch are
+    never built. `entropy_grad=False` computes the entropy as a metric only.
+    """
     device = next(model.parameters()).device
+    mask = batch.mask.to(device).bool()
+    columns = mask.any(0).nonzero().squeeze(1)  # every column holding an agent token
     out = model(
         input_ids=batch.input_ids.to(device),
         position_ids=batch.position_ids.to(device),
         use_cache=False,
         output_hidden_states=hidden,
+        **_logits_only_at(model, columns),
     )
-    logits = out.logits.float() / temperature
-    rows, width, vocab = logits.shape
-    flat = logits.reshape(rows * width, vocab)
+    logits = out.logits if out.logits.shape[1] == columns.numel() else out.logits[:, columns]
+    picked = logits[mask[:, columns]].float() / temperature  # [agent tokens, vocab], row-major
     if batch.constrained_at:
-        index = [r * width + c for r, c in batch.constrained_at]
-        flat = apply_allowed_mask(flat, index, batch.constrained_ids)
-    logp = torch.log_softmax(flat, dim=-1)
-    targets = batch.targets.to(device).reshape(-1, 1)
-    chosen = logp.gather(1, targets).squeeze(1)
-    finite = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
-    entropy = -(logp.exp() * finite).sum(-1)
+        picked = _constrain(picked, mask, batch)
+    logp = torch.log_softmax(picked, dim=-1)
+    chosen = logp.gather(1, batch.targets.to(device)[mask].unsqueeze(1)).squeeze(1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        finite = logp.masked_fill(~torch.isfinite(logp), 0.0)
+        entropy = -(logp.exp() * finite).sum(-1)
+    zeros = torch.zeros(mask.shape, device=device)
     last = out.hidden_states[-1] if hidden else None
-    return chosen.reshape(rows, width), entropy.reshape(rows, width), last
+    return zeros.masked_scatter(mask, chosen), zeros.masked_scatter(mask, entropy), last
+
+
+def _logits_only_at(model: Any, columns: torch.Tensor) -> dict[str, Any]:
+    """`logits_to_keep` when the model's forward takes it (every transformers causal LM does)."""
+    inner = getattr(model, "module", model)  # DDP and FSDP keep the model in `.module`
+    return {"logits_to_keep": columns} if _takes_logits_to_keep(type(inner)) else {}
+
+
+@functools.cache
+def _takes_logits_to_keep(model_type: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
+
+
+def _constrain(picked: torch.Tensor, mask: torch.Tensor, batch: MicroBatch) -> torch.Tensor:
+    """-inf outside the sampler's allowed ids at the constrained agent positions."""
+    row_of = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device)
+    row_of[mask] = torch.arange(picked.shape[0], device=mask.device)
+    at = torch.as_tensor(batch.constrained_at, dtype=torch.long, device=mask.device)
+    rows = row_of[at[:, 0], at[:, 1]].tolist()
+    keep = [(r, ids) for r, ids in zip(rows, batch.constrained_ids, strict=True) if r >= 0]
+    if not keep:
+        return picked
+    blocked = allowed_mask(
+        [r for r, _ in keep], [ids for _, ids in keep], tuple(picked.shape), picked.device
+    )
+    return picked.masked_fill(blocked, float("-inf"))
 
 
 def lr_factor(update: int, settings: LearnerSettings) -> float:
@@ -353,7 +394,11 @@ class Learner:
         # While the critic warms up the policy gets no gradient, so its forward needs none.
         with torch.set_grad_enabled(not critic_only):
             logprobs, entropy, hidden = policy_forward(
-                self.model, mb, self.settings.temperature, hidden=shared
+                self.model,
+                mb,
+                self.settings.temperature,
+                hidden=shared,
+                entropy_grad=getattr(self.algorithm.needs, "entropy_grad", True),
             )
         device = logprobs.device
         sampler = mb.old_logprobs.to(device)

@@ -80,53 +80,58 @@ def pack(
     ]
 
 
+_SHIFTED = {  # field -> the Trajectory attribute it holds, shifted by one (position c predicts c+1)
+    "targets": "token_ids",
+    "mask": "loss_mask",
+    "old_logprobs": "logprobs",
+    "advantages": "advantages",
+    "returns": "returns",
+    "ref_logprobs": "ref_logprobs",
+    "old_values": "values",
+}
+_LONG = ("input_ids", "position_ids", "targets")
+
+
 def _build(trajectories: Sequence[Trajectory], rows: list[list[int]], width: int) -> MicroBatch:
+    """One micro-batch: each field is built as Python rows and becomes one tensor."""
     used = max(sum(len(trajectories[i].token_ids) for i in row) for row in rows)
-    shape = (len(rows), used)
-    batch = MicroBatch(
-        input_ids=torch.zeros(shape, dtype=torch.long),
-        position_ids=torch.zeros(shape, dtype=torch.long),
-        targets=torch.zeros(shape, dtype=torch.long),
-        mask=torch.zeros(shape),
-        old_logprobs=torch.zeros(shape),
-        advantages=torch.zeros(shape),
-        returns=torch.zeros(shape),
-        ref_logprobs=torch.zeros(shape),
-        old_values=torch.zeros(shape),
-    )
+    fields: dict[str, list[list[float]]] = {name: [] for name in (*_LONG, *_SHIFTED)}
+    constrained_at: list[tuple[int, int]] = []
+    constrained_ids: list[tuple[int, ...]] = []
+    placements: list[tuple[int, int, int]] = []
+    real = 0
     for r, row in enumerate(rows):
+        cells: dict[str, list] = {name: [] for name in fields}
         offset = 0
         for index in row:
-            _place(batch, r, offset, trajectories[index])
-            batch.placements.append((index, r, offset))
-            offset += len(trajectories[index].token_ids)
-        batch.position_ids[r, offset:] = torch.arange(used - offset)
-        batch.real_tokens += offset
-    return batch
-
-
-def _place(batch: MicroBatch, r: int, offset: int, traj: Trajectory) -> None:
-    n = len(traj.token_ids)
-    end = offset + n
-    batch.input_ids[r, offset:end] = torch.tensor(traj.token_ids)
-    batch.position_ids[r, offset:end] = torch.arange(n)
-    if n < 2:
-        return
-    batch.targets[r, offset : end - 1] = torch.tensor(traj.token_ids[1:])
-    batch.mask[r, offset : end - 1] = torch.tensor(traj.loss_mask[1:], dtype=torch.float)
-    batch.old_logprobs[r, offset : end - 1] = torch.tensor(traj.logprobs[1:])
-    if traj.advantages is not None:
-        batch.advantages[r, offset : end - 1] = torch.tensor(traj.advantages[1:])
-    if traj.returns is not None:
-        batch.returns[r, offset : end - 1] = torch.tensor(traj.returns[1:])
-    if traj.ref_logprobs is not None:
-        batch.ref_logprobs[r, offset : end - 1] = torch.tensor(traj.ref_logprobs[1:])
-    if traj.values is not None:
-        batch.old_values[r, offset : end - 1] = torch.tensor(traj.values[1:])
-    for position, ids in sorted(traj.constraints.items()):
-        if position >= 1:
-            batch.constrained_at.append((r, offset + position - 1))
-            batch.constrained_ids.append(tuple(ids))
+            traj = trajectories[index]
+            n = len(traj.token_ids)
+            cells["input_ids"] += traj.token_ids
+            cells["position_ids"] += range(n)
+            for name, attribute in _SHIFTED.items():
+                values = getattr(traj, attribute)
+                cells[name] += [0] * n if values is None else [*values[1:n], 0]
+            for position, ids in sorted(traj.constraints.items()):
+                if position >= 1:
+                    constrained_at.append((r, offset + position - 1))
+                    constrained_ids.append(tuple(ids))
+            placements.append((index, r, offset))
+            offset += n
+        for name, cell in cells.items():
+            cell += range(used - offset) if name == "position_ids" else [0] * (used - offset)
+            fields[name].append(cell)
+        real += offset
+    tensors = {
+        name: torch.tensor(values, dtype=torch.long if name in _LONG else torch.float32)
+        for name, values in fields.items()
+    }
+    return MicroBatch(
+        **tensors,
+        constrained_at=constrained_at,
+        constrained_ids=constrained_ids,
+        real_tokens=real,
+        placements=placements,
+    )
 
 
 def unpack(

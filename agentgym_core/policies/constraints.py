@@ -54,17 +54,27 @@ class ActionConstraint:
         return self.actions[self.sequences.index(tuple(self.prefix))]
 
 
+def allowed_mask(
+    rows: Sequence[int], allowed: Sequence[Sequence[int]], shape: tuple[int, int], device=None
+) -> torch.Tensor:
+    """A [N, V] bool tensor, True where the id is NOT allowed on the given rows (one scatter)."""
+    blocked = torch.zeros(shape, dtype=torch.bool, device=device)
+    if not rows:
+        return blocked
+    index = torch.as_tensor(list(rows), device=device)
+    blocked[index] = True
+    lengths = torch.as_tensor([len(ids) for ids in allowed], device=device)
+    flat_rows = torch.repeat_interleave(index, lengths)
+    flat_ids = torch.as_tensor([i for ids in allowed for i in ids], dtype=torch.long, device=device)
+    blocked[flat_rows, flat_ids] = False
+    return blocked
+
+
 def apply_allowed_mask(
     logits: torch.Tensor, rows: Sequence[int], allowed: Sequence[Sequence[int]]
 ) -> torch.Tensor:
     """Set logits outside the allowed ids to -inf on the given rows of a [N, V] tensor."""
     if not rows:
         return logits
-    keep = torch.zeros(len(rows), logits.shape[-1], dtype=torch.bool, device=logits.device)
-    for i, ids in enumerate(allowed):
-        keep[i, list(ids)] = True
-    index = torch.as_tensor(list(rows), device=logits.device)
-    masked = logits[index].masked_fill(~keep, float("-inf"))
-    logits = logits.clone()
-    logits[index] = masked
-    return logits
+    blocked = allowed_mask(rows, allowed, tuple(logits.shape), logits.device)
+    return logits.masked_fill(blocked, float("-inf"))

@@ -62,7 +62,10 @@ class GRPO:
     def __init__(self, config: GRPOConfig) -> None:
         self.config = config
         self.needs = AlgorithmNeeds(
-            online=True, reference=config.kl_coef > 0, group_size=config.min_group_size
+            online=True,
+            reference=config.kl_coef > 0,
+            group_size=config.min_group_size,
+            entropy_grad=config.entropy_coef > 0,
         )
 
     def advantages(self, batch: TrajectoryBatch) -> None:

@@ -107,7 +107,12 @@ class PPO:
             lr=config.critic_lr,
             warmup_updates=config.critic_warmup,
         )
-        self.needs = AlgorithmNeeds(online=True, reference=config.kl_coef > 0, critic=critic)
+        self.needs = AlgorithmNeeds(
+            online=True,
+            reference=config.kl_coef > 0,
+            critic=critic,
+            entropy_grad=config.entropy_coef > 0,
+        )
 
     def advantages(self, batch: TrajectoryBatch) -> None:
         """GAE advantages and value targets on every agent token of each trajectory."""

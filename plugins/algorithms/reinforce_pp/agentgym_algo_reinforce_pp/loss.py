@@ -68,6 +68,7 @@ class ReinforcePP:
             online=True,
             reference=config.kl_coef > 0,
             group_size=2 if config.baseline else 1,
+            entropy_grad=config.entropy_coef > 0,
         )
 
     def advantages(self, batch: TrajectoryBatch) -> None:
