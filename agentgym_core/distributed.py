@@ -15,6 +15,7 @@ The process group is accelerate's (`PartialState`), shared with the learner's
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -112,6 +113,27 @@ def max_over_ranks(value: int) -> int:
     return max(_gather_lists([value]))
 
 
+def weights_on_main_only() -> bool:
+    """True when transformers loads real weights on (local) rank 0 only: FSDP's RAM-saving load.
+
+    With `fsdp_cpu_ram_efficient_loading` (accelerate's default for FSDP) every
+    other rank's `from_pretrained` holds zeros until FSDP broadcasts the prepared
+    model; models that are not prepared (a reference, an eval model) would keep them.
+    """
+    flags = ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING")
+    return world_size() > 1 and all(os.environ.get(f, "").lower() in ("1", "true") for f in flags)
+
+
+def share_main_weights(module: torch.nn.Module) -> None:
+    """Give every rank the main process's weights and buffers, where only it loaded them."""
+    if not weights_on_main_only():
+        return
+    import torch.distributed as dist
+
+    for tensor in [*module.parameters(), *module.buffers()]:
+        dist.broadcast(tensor.data, src=0)
+
+
 def fingerprint(module: torch.nn.Module) -> list[float]:
     """Float64 sum and sum of squares of every parameter, parameters sorted by name."""
     import torch
@@ -141,3 +163,29 @@ def same_weights(module: torch.nn.Module, *, step: int) -> dict[str, Any]:
             f"after {step} updates, ranks {differ} hold weights that differ from rank 0's"
         )
     return {"world_size": len(prints), "fingerprints": prints}
+
+
+# -- FSDP: full states from sharded ones (each a collective) -----------------------------
+
+
+def full_model_state(model: torch.nn.Module) -> dict[str, Any]:
+    """The unsharded state dict of an FSDP model, on every rank."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def full_optimizer_state(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+    """The unsharded optimizer state (keyed by parameter name) on the main process; `{}` else."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_optimizer_state_dict(model, optimizer, options=options)
+
+
+def load_full_optimizer_state(model: torch.nn.Module, optimizer: Any, state: dict) -> None:
+    """Shard a full optimizer state (as `full_optimizer_state` made it) into `optimizer`."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True)
+    set_optimizer_state_dict(model, optimizer, state, options=options)

@@ -71,10 +71,10 @@ def gotoobj_model(tmp_path_factory) -> Path:
     return init_model(texts, tmp_path_factory.mktemp("gotoobj"), TinyModelConfig(vocab_size=400))
 
 
-def _config(tmp_path: Path, model: Path) -> Path:
+def _config(folder: Path, model: Path) -> Path:
     """3 tasks x 3 samples in 5 mini-batches: the last holds 1 trajectory, one rank none."""
     raw = {
-        "run": {"name": "dist", "output_dir": str(tmp_path / "single"), "seed": 3},
+        "run": {"name": "dist", "output_dir": str(folder / "single"), "seed": 3},
         "model": {"path": str(model)},
         "env": ENV,
         "algorithm": {"name": "grpo", "kl_coef": 0.05},  # a reference model: sharded scoring
@@ -91,7 +91,7 @@ def _config(tmp_path: Path, model: Path) -> Path:
         },
         "tracking": {"log_trajectories": 0},
     }
-    path = tmp_path / "dist.yaml"
+    path = folder / "dist.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -102,17 +102,30 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _launch(config: Path, *overrides: str) -> None:
+HERE = Path(__file__).resolve().parent
+LAUNCHERS = {
+    "ddp": ("--multi_gpu", "-m", "agentgym_core.cli"),
+    # accelerate turns FSDP on for GPUs only; fsdp_cpu.py lets torch's FSDP2 run on CPU ranks
+    "fsdp": (
+        *("--use_fsdp", "--fsdp_version", "2"),
+        *("--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"),
+        str(HERE / "fsdp_cpu.py"),
+    ),
+}
+
+
+def _launch(config: Path, mode: str, *overrides: str) -> None:
     """`agentgym train` in two CPU processes over gloo, importing this checkout's agentgym_core."""
     root = Path(agentgym_core.__file__).resolve().parents[1]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(root), env.get("PYTHONPATH")] if p)
     command = [
         *(sys.executable, "-m", "accelerate.commands.launch"),
-        *("--multi_gpu", "--num_processes", "2", "--num_machines", "1"),
+        *("--num_processes", "2", "--num_machines", "1"),
         *("--mixed_precision", "no", "--dynamo_backend", "no"),
         *("--main_process_port", str(_free_port())),
-        *("-m", "agentgym_core.cli", "train", str(config), *overrides, "--no-progress"),
+        *LAUNCHERS[mode],
+        *("train", str(config), *overrides, "--no-progress"),
     ]
     log = config.parent / f"launch-{len(list(config.parent.glob('launch-*.log')))}.log"
     with log.open("w") as sink, subprocess.Popen(command, env=env, stdout=sink, stderr=sink) as run:
@@ -137,14 +150,20 @@ def _state(checkpoint: Path) -> dict:
     return torch.load(checkpoint / "trainer_state.pt", weights_only=False)
 
 
-def test_two_ranks_train_and_resume_as_one_process(tmp_path, gotoobj_model):
-    config = _config(tmp_path, gotoobj_model)
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, gotoobj_model):
+    """The config, and the result of training on it in this process."""
+    config = _config(tmp_path_factory.mktemp("dist"), gotoobj_model)
     host = PluginHost()
-    single = TrainStage(load_config(config, [], host.registry), host).run(show_progress=False)
+    return config, TrainStage(load_config(config, [], host.registry), host).run(show_progress=False)
 
+
+@pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
+def test_two_ranks_train_and_resume_as_one_process(tmp_path, one_process, mode):
+    config, single = one_process
     out = tmp_path / "two"
-    _launch(config, f"run.output_dir={out}", "trainer.steps=1")  # stop after one update ...
-    _launch(config, f"run.output_dir={out}")  # ... and resume: every rank loads step 1
+    _launch(config, mode, f"run.output_dir={out}", "trainer.steps=1")  # stop after one update ...
+    _launch(config, mode, f"run.output_dir={out}")  # ... and resume: every rank loads step 1
     checkpoints = sorted((out / "checkpoints").iterdir())
     assert [c.name for c in checkpoints] == ["step-000001", "step-000002"]
 

@@ -188,41 +188,22 @@ class Learner:
         return self.accelerator.unwrap_model(self.model)
 
     def optimizer_state(self) -> dict[str, Any]:
-        """The optimizer's full state for a checkpoint; under FSDP a collective (call on all ranks).
-
-        Under FSDP only the main process receives it; other ranks get `{}`.
-        """
+        """The optimizer's state for a checkpoint (under FSDP: a collective, full on main only)."""
         if not self.sharded:
             return self.optimizer.state_dict()
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_optimizer_state_dict(self.model, self.optimizer.optimizer, options=options)
+        return distributed.full_optimizer_state(self.model, self.optimizer.optimizer)
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         """Inverse of `optimizer_state` (every rank passes the full state it read)."""
         if not self.sharded:
             self.optimizer.load_state_dict(state)
             return
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True)
-        set_optimizer_state_dict(self.model, self.optimizer.optimizer, state, options=options)
+        distributed.load_full_optimizer_state(self.model, self.optimizer.optimizer, state)
 
     def _refresh_replica(self) -> None:
         """Copy the sharded weights into the full replica (FSDP only; a collective)."""
-        if self._replica is None:
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        options = StateDictOptions(full_state_dict=True)
-        self._replica.load_state_dict(get_model_state_dict(self.model, options=options))
+        if self._replica is not None:
+            self._replica.load_state_dict(distributed.full_model_state(self.model))
 
     @property
     def updates(self) -> int:
@@ -440,10 +421,13 @@ class Learner:
 
     def _clip_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> float:
         parameters = [p for p in parameters if p.grad is not None]
-        if self.settings.max_grad_norm is None:
+        limit = self.settings.max_grad_norm
+        if limit is None and not self.sharded:
             grads = [p.grad.norm() for p in parameters]
             return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
-        return float(self.accelerator.clip_grad_norm_(parameters, self.settings.max_grad_norm))
+        # sharded gradients need accelerate's norm over all shards; an infinite limit clips nothing
+        limit = math.inf if limit is None else limit
+        return float(self.accelerator.clip_grad_norm_(parameters, limit))
 
     @torch.no_grad()
     def _recompute_old_logprobs(self, trajectories: list[Trajectory]) -> float:
