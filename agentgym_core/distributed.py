@@ -16,7 +16,7 @@ The process group is accelerate's (`PartialState`), shared with the learner's
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -132,6 +132,20 @@ def share_main_weights(module: torch.nn.Module) -> None:
 
     for tensor in [*module.parameters(), *module.buffers()]:
         dist.broadcast(tensor.data, src=0)
+
+
+def pad_to_busiest(work: Sequence[T], spare: Callable[[], T]) -> list[tuple[T, float]]:
+    """This rank's work items with weight 1, then weight-0 `spare()` up to the busiest rank's count.
+
+    Every rank then runs equally many forward and backward passes, so the
+    collectives inside them (DDP's gradient reduction, FSDP's gathers) pair up;
+    a weight-0 pass adds nothing to the gradient. A collective itself.
+    """
+    plan = [(item, 1.0) for item in work]
+    missing = max_over_ranks(len(plan)) - len(plan)
+    if missing:
+        plan += [(spare(), 0.0)] * missing
+    return plan
 
 
 def fingerprint(module: torch.nn.Module) -> list[float]:

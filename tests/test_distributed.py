@@ -56,6 +56,27 @@ def test_token_split_is_balanced_and_complete():
     assert distributed.split_by_tokens([5], 3) == [[0], [], []]
 
 
+# -- the example launch configs ----------------------------------------------------------
+
+ACCELERATE_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "accelerate"
+
+
+@pytest.mark.parametrize(
+    "path", sorted(ACCELERATE_CONFIGS.glob("*.yaml")), ids=lambda path: path.name
+)
+def test_accelerate_configs_load_and_open_with_their_command(path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(path))
+    assert config.num_processes == 8 * config.num_machines
+    if config.distributed_type == "FSDP":
+        assert config.fsdp_config["fsdp_version"] == 2
+    first = path.read_text().splitlines()[0]
+    command = f"# accelerate launch --config_file configs/accelerate/{path.name} "
+    assert first.startswith(command) and " -m agentgym_core.cli train configs/" in first
+    assert (ACCELERATE_CONFIGS.parent / first.split()[-1].removeprefix("configs/")).is_file()
+
+
 # -- two ranks against one process --------------------------------------------------------
 
 ENV = {"name": "babyai", "levels": ["GoToObj"], "list_actions": False}
@@ -185,3 +206,56 @@ def test_two_ranks_train_and_resume_as_one_process(tmp_path, one_process, mode):
     for mine, theirs in zip(single.history, _state(final)["history"], strict=True):
         for key in keys:
             assert theirs[key] == pytest.approx(mine[key], rel=1e-4, abs=1e-7), key
+
+
+@pytest.mark.slow
+def test_two_ranks_run_an_offline_pipeline_as_one_process(tmp_path, gotoobj_model):
+    """SFT on expert episodes, sampled eval episodes saved, DPO on their pairs."""
+    from agentgym_core.run.offline import read_rollouts
+    from agentgym_core.run.pipeline import run_pipeline
+
+    sft = {"name": "sft", "expert": {"episodes": 20, "max_turns": 6}, "batch_size": 5}
+    raw = {
+        "run": {"name": "pipe", "output_dir": str(tmp_path / "single"), "seed": 1},
+        "model": {"path": str(gotoobj_model)},
+        "env": ENV,
+        "rollout": {"max_context_tokens": 768, "concurrency": 16},
+        "trainer": {"lr": 3e-3, "checkpoint_every": 0, "micro_batch_tokens": 600},
+        "eval": {"num_tasks": 6, "max_turns": 3, "greedy": True},
+        "tracking": {"log_trajectories": 0},
+        "stages": [
+            {"name": "sft", "type": "train", "algorithm": sft, "trainer": {"steps": 3}},
+            {
+                "name": "sample",
+                "type": "eval",  # each rank plays its share; the main process saves them all
+                "eval": {"split": "train", "num_tasks": 5, "k": 4, "greedy": False},
+                "tracking": {"save_rollouts": True},
+            },
+            {
+                "name": "dpo",
+                "type": "train",
+                "algorithm": {"name": "dpo", "pairs_from": "sample", "batch_size": 3},
+                "trainer": {"steps": 2, "lr": 5e-5},
+            },
+        ],
+    }
+    config = tmp_path / "pipe.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    host = PluginHost()
+    single = run_pipeline(load_config(config, [], host.registry), host, show_progress=False)
+    _launch(config, "ddp", f"run.output_dir={tmp_path / 'two'}")
+
+    played = [read_rollouts(tmp_path / run / "sample" / "rollouts") for run in ("single", "two")]
+    assert [t.token_ids for t in played[0]] == [t.token_ids for t in played[1]]
+    final = tmp_path / "two" / "dpo" / "checkpoints" / "step-000002"
+    ranks = _state(final)["extra"]["ranks"]
+    assert ranks["fingerprints"][0] == ranks["fingerprints"][1]
+    for stage, steps in (("sft", 3), ("dpo", 2)):
+        path = Path("checkpoints") / f"step-{steps:06d}"
+        mine = _state(tmp_path / "single" / stage / path)["history"]
+        theirs = _state(tmp_path / "two" / stage / path)["history"]
+        for one, two in zip(mine, theirs, strict=True):
+            for key in ("train/loss", "train/grad_norm"):
+                assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7), (stage, key)
+    a, b = _weights(single[-1].model), _weights(final)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5

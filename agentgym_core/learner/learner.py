@@ -200,7 +200,7 @@ class Learner:
             return
         distributed.load_full_optimizer_state(self.model, self.optimizer.optimizer, state)
 
-    def _refresh_replica(self) -> None:
+    def refresh_replica(self) -> None:
         """Copy the sharded weights into the full replica (FSDP only; a collective)."""
         if self._replica is not None:
             self._replica.load_state_dict(distributed.full_model_state(self.model))
@@ -304,7 +304,7 @@ class Learner:
             result["critic_warmup"] = float(critic_only)
             result["critic_lr"] = self.critic_scheduler.get_last_lr()[0]
         self._step_schedules()
-        self._refresh_replica()
+        self.refresh_replica()
         result["update_seconds"] = time.perf_counter() - start
         return result
 
@@ -353,7 +353,7 @@ class Learner:
         sums: dict[str, float] = defaultdict(float)
         plan = self._micro_batch_plan(trajectories)
         for index, (mb, weight) in enumerate(plan):
-            with self._gradient_sync(index == len(plan) - 1):
+            with self.gradient_sync(index == len(plan) - 1):
                 inputs = self._loss_inputs(mb, normalizer, critic_only, real=weight > 0)
                 loss, metrics = self.algorithm.loss(inputs)
                 # DDP averages over ranks: x world makes the reduced gradient the full batch's
@@ -372,41 +372,35 @@ class Learner:
         if critic_only:
             self.optimizer.zero_grad(set_to_none=True)  # the step below is then a no-op
         else:
-            sums["grad_norm"] = self._clip_gradients(self.model.parameters())
+            sums["grad_norm"] = self.clip_gradients(self.model.parameters())
         self.optimizer.step()  # also while warming up: keeps torch's optimizer/schedule order
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic is not None:
-            sums["critic_grad_norm"] = self._clip_gradients(self.critic.parameters())
+            sums["critic_grad_norm"] = self.clip_gradients(self.critic.parameters())
             self.critic_optimizer.step()
             self.critic_optimizer.zero_grad(set_to_none=True)
         return dict(sums), normalizer, slots, real
 
     def _micro_batch_plan(self, trajectories: list[Trajectory]) -> list[tuple[MicroBatch, float]]:
-        """This rank's micro-batches of a mini-batch, each with its loss weight (1, or 0 padding).
+        """This rank's micro-batches of a mini-batch, each with its loss weight.
 
-        Each rank packs its token-balanced share; every rank then runs as many
-        micro-batches as the busiest one, the extra ones a zero-weight pass over
-        the shortest trajectory, so DDP's (and FSDP's) collectives pair up.
+        Each rank packs its token-balanced share; ranks with fewer micro-batches
+        than the busiest add weight-0 passes over the shortest trajectory.
         """
         parts = distributed.split_by_tokens([len(t.token_ids) for t in trajectories], self.world)
         mine = [trajectories[i] for i in parts[distributed.rank()]]
-        micro = self.settings.micro_batch_tokens
-        packed = (
-            pack(mine, row_tokens=self.settings.row_tokens, micro_batch_tokens=micro)
-            if mine
-            else []
-        )
-        plan = [(mb, 1.0) for mb in packed]
-        missing = distributed.max_over_ranks(len(plan)) - len(plan)
-        if missing:
+        micro, rows = self.settings.micro_batch_tokens, self.settings.row_tokens
+        packed = pack(mine, row_tokens=rows, micro_batch_tokens=micro) if mine else []
+
+        def spare() -> MicroBatch:
             shortest = min(trajectories, key=lambda t: len(t.token_ids))
-            (spare,) = pack([shortest], row_tokens=None, micro_batch_tokens=len(shortest.token_ids))
-            plan += [(spare, 0.0)] * missing
-        return plan
+            return pack([shortest], row_tokens=None, micro_batch_tokens=len(shortest.token_ids))[0]
+
+        return distributed.pad_to_busiest(packed, spare)
 
     @contextlib.contextmanager
-    def _gradient_sync(self, sync: bool) -> Iterator[None]:
-        """Accumulate gradients locally unless `sync`: ranks reduce once per optimizer step."""
+    def gradient_sync(self, sync: bool) -> Iterator[None]:
+        """Keep gradients local unless `sync`: ranks reduce them once, on a step's last pass."""
         with contextlib.ExitStack() as stack:
             if not sync and self.world > 1:
                 for module in (self.model, self.critic):
@@ -419,7 +413,8 @@ class Learner:
         """Number of data-parallel ranks."""
         return distributed.world_size()
 
-    def _clip_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> float:
+    def clip_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> float:
+        """Clip to `max_grad_norm` (after the ranks' reduction); returns the norm before."""
         parameters = [p for p in parameters if p.grad is not None]
         limit = self.settings.max_grad_norm
         if limit is None and not self.sharded:

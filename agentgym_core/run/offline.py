@@ -239,7 +239,8 @@ class StageData:
         finally:
             env.close()
         items = parse_items(raw, f"<expert {registration.name}>")
-        write_items(items, self.output_dir / "expert.json")
+        if distributed.is_main():  # every rank made the same items; one file
+            write_items(items, self.output_dir / "expert.json")
         return items
 
     def stage_rollouts(self, stage: str, key: str) -> list[Trajectory]:

@@ -188,6 +188,7 @@ def run_pipeline(
                     print(f"[{stage.name}] {model_path}\n{table}")
                 if recorder is not None:
                     recorder.save_evaluation(split, trajectories)
+        distributed.wait()  # the main process's files of this stage exist before any rank reads
         earlier[stage.name] = Path(stage.config.root.run.output_dir)
         results.append(
             StageResult(
