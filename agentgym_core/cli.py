@@ -36,13 +36,15 @@ def _load(config: str, overrides: Sequence[str], host):
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Run every stage of a config (a plain config is one train stage)."""
+    from agentgym_core import distributed
     from agentgym_core.run.pipeline import run_pipeline
 
     host = _host()
     resolved = _load(args.config, args.overrides, host)
     results = run_pipeline(resolved, host, show_progress=not args.no_progress)
-    for result in results:
-        print(f"stage {result.name} ({result.type}): {result.model} in {result.seconds:.0f} s")
+    if distributed.is_main():
+        for result in results:
+            print(f"stage {result.name} ({result.type}): {result.model} in {result.seconds:.0f} s")
     return 0
 
 
@@ -52,6 +54,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     A config whose stages are all `eval` compares them instead: each stage (its
     own policy, e.g. an API model, or model.path) is one row of one table.
     """
+    from agentgym_core import distributed
     from agentgym_core.run.pipeline import (
         comparison_table,
         eval_table,
@@ -64,12 +67,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     resolved = _load(args.config, args.overrides, host)
     if is_comparison(resolved):
         results = run_comparison(resolved, host)
+        if not distributed.is_main():
+            return 0  # under `accelerate launch` every rank played its share; one reports
         print(comparison_table(results))
         if args.json:
             rows = {stage.name: metrics for stage, metrics in results}
             Path(args.json).write_text(json.dumps(rows, indent=2))
         return 0
     metrics, _ = run_eval_stage(resolved, host, Path(resolved.root.model.path))
+    if not distributed.is_main():
+        return 0
     print(eval_table(metrics, resolved.root.eval.k))
     if args.json:
         Path(args.json).write_text(json.dumps(metrics, indent=2))

@@ -88,6 +88,8 @@ def agentgym_register_schedulers(register: Register) -> None:
 
 # ---------------------------------------------------------------------------
 # Lifecycle: observe a run (trackers, user callbacks). Return values are ignored.
+# Under `accelerate launch` only the main process calls them, with the whole step's
+# batch and metrics (every rank holds those).
 # ---------------------------------------------------------------------------
 
 

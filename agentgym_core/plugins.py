@@ -20,7 +20,7 @@ from typing import Any
 
 import pluggy
 
-from agentgym_core import PROJECT, __version__, hookspecs
+from agentgym_core import PROJECT, __version__, distributed, hookspecs
 from agentgym_core.registry import Registration, Registry, RegistryError
 from agentgym_core.types import TrajectoryBatch
 
@@ -139,24 +139,30 @@ class PluginHost:
         self._sources.pop(name, None)
 
     # -- typed lifecycle hooks ------------------------------------------------
+    # Under `accelerate launch` only the main process calls them: every rank holds the
+    # same batch and metrics, and observers (tracking, saved rollouts) write files.
 
     def after_rollout(
         self, step: int, batch: TrajectoryBatch, metrics: Mapping[str, float]
     ) -> None:
         """Call `agentgym_after_rollout`."""
-        self.pm.hook.agentgym_after_rollout(step=step, batch=batch, metrics=metrics)
+        if distributed.is_main():
+            self.pm.hook.agentgym_after_rollout(step=step, batch=batch, metrics=metrics)
 
     def after_update(self, step: int, metrics: Mapping[str, float]) -> None:
         """Call `agentgym_after_update`."""
-        self.pm.hook.agentgym_after_update(step=step, metrics=metrics)
+        if distributed.is_main():
+            self.pm.hook.agentgym_after_update(step=step, metrics=metrics)
 
     def after_evaluation(self, step: int, split: str, metrics: Mapping[str, float]) -> None:
         """Call `agentgym_after_evaluation`."""
-        self.pm.hook.agentgym_after_evaluation(step=step, split=split, metrics=metrics)
+        if distributed.is_main():
+            self.pm.hook.agentgym_after_evaluation(step=step, split=split, metrics=metrics)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         """Call `agentgym_on_checkpoint`."""
-        self.pm.hook.agentgym_on_checkpoint(step=step, path=path)
+        if distributed.is_main():
+            self.pm.hook.agentgym_on_checkpoint(step=step, path=path)
 
 
 def describe(module: ModuleType | object) -> str:

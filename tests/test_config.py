@@ -414,6 +414,8 @@ def test_train_stage_needs_algorithm_and_scheduler(write):
 
 def _shipped() -> list:
     files = sorted(CONFIGS.glob("**/*.yaml")) + sorted(CONFIGS.glob("**/*.yml"))
+    # accelerate's launch configs, not agentgym's: test_distributed.py checks them
+    files = [f for f in files if CONFIGS / "accelerate" not in f.parents]
     if not files:
         reason = f"no YAML under {CONFIGS.name}/ yet: nothing shipped to check"
         return [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="none")]

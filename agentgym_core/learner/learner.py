@@ -6,23 +6,36 @@ algorithm needs them). An update then splits the trainable trajectories into
 mini-batches (one optimizer step each, repeated for `epochs`), packs each
 mini-batch into micro-batches, recomputes log-probabilities with the sampler's
 action constraints (and values, with a critic), and asks the algorithm for the loss.
+
+Under `accelerate launch` every rank holds the whole batch; each trains on its
+token-balanced share of every mini-batch. The loss normaliser is the agent-token
+count of the whole mini-batch and each rank's loss is scaled by the world size,
+so the gradient DDP (or FSDP) averages over ranks is the single-process
+gradient. Ranks run equally many micro-batches (a rank short of work runs
+zero-weight ones), so their collectives pair up; gradients are reduced once,
+on the last backward of each optimizer step. Forward passes without gradient
+(scoring, recomputed log-probabilities) use the bare model: no collectives.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import inspect
 import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import DistributedType
 
+from agentgym_core import distributed
 from agentgym_core.interfaces import Algorithm, CriticSpec, LossInputs
 from agentgym_core.learner.critic import Critic, ValueHead, hidden_size, last_hidden_state
 from agentgym_core.learner.packing import MicroBatch, pack, unpack
@@ -146,6 +159,11 @@ class Learner:
     schedule, their own gradient clipping, and go into `state()` for exact
     resume. During the first `CriticSpec.warmup_updates` updates only the
     critic steps: the policy's forward pass runs without gradient.
+
+    Under FSDP the prepared model holds only a shard of each weight, so the
+    learner also keeps a full replica (`unwrapped`), refreshed after every
+    update: the policy generates with it, checkpoints save it, and forward
+    passes without gradient run on it.
     """
 
     def __init__(
@@ -161,6 +179,8 @@ class Learner:
         self.settings = settings
         self.algorithm = algorithm
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.sharded = self.accelerator.distributed_type == DistributedType.FSDP
+        self._replica = copy.deepcopy(model) if self.sharded else None
         self.model, self.optimizer = self.accelerator.prepare(
             model, self._adamw(model, settings.lr)
         )
@@ -171,6 +191,11 @@ class Learner:
         self.critic_spec: CriticSpec | None = getattr(algorithm.needs, "critic", None)
         self.critic: Any | None = None
         if self.critic_spec is not None:
+            if self.sharded:
+                raise ValueError(
+                    "a critic (PPO) is not supported under FSDP: use DDP (accelerate's "
+                    "MULTI_GPU) or an algorithm without a critic (grpo, rloo, reinforce_pp)"
+                )
             if critic is None and self.critic_spec.separate:
                 raise ValueError("the algorithm asks for a separate critic model: pass `critic`")
             critic = critic or Critic(ValueHead(hidden_size(self.unwrapped)))
@@ -198,8 +223,28 @@ class Learner:
 
     @property
     def unwrapped(self) -> Any:
-        """The bare transformers model (for saving and for a shared policy)."""
+        """The bare transformers model with full weights (for saving and for a shared policy)."""
+        if self._replica is not None:
+            return self._replica
         return self.accelerator.unwrap_model(self.model)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's state for a checkpoint (under FSDP: a collective, full on main only)."""
+        if not self.sharded:
+            return self.optimizer.state_dict()
+        return distributed.full_optimizer_state(self.model, self.optimizer.optimizer)
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Inverse of `optimizer_state` (every rank passes the full state it read)."""
+        if not self.sharded:
+            self.optimizer.load_state_dict(state)
+            return
+        distributed.load_full_optimizer_state(self.model, self.optimizer.optimizer, state)
+
+    def refresh_replica(self) -> None:
+        """Copy the sharded weights into the full replica (FSDP only; a collective)."""
+        if self._replica is not None:
+            self._replica.load_state_dict(distributed.full_model_state(self.model))
 
     @property
     def updates(self) -> int:
@@ -217,7 +262,9 @@ class Learner:
         """Set `ref_logprobs` (with a reference) and `values` (with a critic) where still None.
 
         Called before `Algorithm.advantages`, with the weights that sampled the
-        batch; packed like an update, in eval mode as the sampler ran.
+        batch; packed like an update, in eval mode as the sampler ran. Each rank
+        scores its contiguous share and every rank gets all values (a collective
+        when anything is left to score: call it on every rank with the same batch).
         """
         todo = [
             t
@@ -227,27 +274,36 @@ class Learner:
         ]
         if not todo:
             return
-        self.model.eval()
-        if self.critic is not None:
-            self.critic.eval()
+        mine = distributed.shard(todo)
+        scored = distributed.gather(self._score(mine) if mine else [])
+        for traj, (ref, values) in zip(todo, scored, strict=True):
+            if traj.ref_logprobs is None:
+                traj.ref_logprobs = ref
+            if traj.values is None:
+                traj.values = values
+
+    def _score(self, todo: list[Trajectory]) -> list[tuple[list[float] | None, list[float] | None]]:
+        """(reference log-probs, values) of each trajectory, None where there is no such model."""
+        self.unwrapped.eval()
+        critic = self.accelerator.unwrap_model(self.critic) if self.critic is not None else None
+        if critic is not None:
+            critic.eval()
         batches = pack(
             todo,
             row_tokens=self.settings.row_tokens,
             micro_batch_tokens=self.settings.micro_batch_tokens,
         )
+        ref: dict[int, list[float]] = {}
+        values: dict[int, list[float]] = {}
         for mb in batches:
             if self.reference is not None:
-                ref, _ = token_logprobs(self.reference, mb, self.settings.temperature)
-                for index, values in unpack(mb, ref, todo).items():
-                    if todo[index].ref_logprobs is None:
-                        todo[index].ref_logprobs = values
-            if self.critic is not None:
-                shared = self.accelerator.unwrap_model(self.critic).shared
-                hidden = last_hidden_state(self.unwrapped.base_model, mb) if shared else None
-                for index, values in unpack(mb, self.critic(mb, hidden), todo).items():
-                    if todo[index].values is None:
-                        todo[index].values = values
+                logprobs, _ = token_logprobs(self.reference, mb, self.settings.temperature)
+                ref.update(unpack(mb, logprobs, todo))
+            if critic is not None:
+                hidden = last_hidden_state(self.unwrapped.base_model, mb) if critic.shared else None
+                values.update(unpack(mb, critic(mb, hidden), todo))
         self.model.train()
+        return [(ref.get(i), values.get(i)) for i in range(len(todo))]
 
     def update(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Run every optimizer step for one batch; returns token-weighted mean metrics."""
@@ -279,7 +335,8 @@ class Learner:
                 steps += 1
         result = {k: v / max(weight, 1.0) for k, v in sums.items()}
         if drift is None:
-            drift = self._drift / max(self._drift_tokens, 1)
+            seen = distributed.sum_over_ranks({"diff": self._drift, "tokens": self._drift_tokens})
+            drift = seen["diff"] / max(seen["tokens"], 1)
         result["sampler_logprob_diff"] = drift
         result["padding_fraction"] = 1.0 - real / max(slots, 1)
         result["optimizer_steps"] = float(steps)
@@ -288,6 +345,7 @@ class Learner:
             result["critic_warmup"] = float(critic_only)
             result["critic_lr"] = self.critic_scheduler.get_last_lr()[0]
         self._step_schedules()
+        self.refresh_replica()
         result["update_seconds"] = time.perf_counter() - start
         return result
 
@@ -331,41 +389,81 @@ class Learner:
     def _optimizer_step(
         self, trajectories: list[Trajectory], critic_only: bool
     ) -> tuple[dict[str, float], float, int, int]:
-        micro_batches = pack(
-            trajectories,
-            row_tokens=self.settings.row_tokens,
-            micro_batch_tokens=self.settings.micro_batch_tokens,
-        )
-        normalizer = float(sum(mb.num_masked for mb in micro_batches)) or 1.0
+        # agent tokens of the whole mini-batch (every rank's share): the token mean's denominator
+        normalizer = float(sum(sum(t.loss_mask[1:]) for t in trajectories)) or 1.0
         sums: dict[str, float] = defaultdict(float)
-        for mb in micro_batches:
-            inputs = self._loss_inputs(mb, normalizer, critic_only)
-            loss, metrics = self.algorithm.loss(inputs)
-            self.accelerator.backward(loss)
+        plan = self._micro_batch_plan(trajectories)
+        for index, (mb, weight) in enumerate(plan):
+            with self.gradient_sync(index == len(plan) - 1):
+                inputs = self._loss_inputs(mb, normalizer, critic_only, real=weight > 0)
+                loss, metrics = self.algorithm.loss(inputs)
+                # DDP averages over ranks: x world makes the reduced gradient the full batch's
+                scale = weight * self.world
+                self.accelerator.backward(loss if scale == 1.0 else loss * scale)
+            sums["slots"] += mb.slots
+            if weight == 0:
+                continue  # a stand-in that only pairs this rank's collectives with the others'
             share = mb.num_masked / normalizer
             sums["loss"] += float(loss.detach())
             for key, value in metrics.items():
                 sums[key] += value * share
+            sums["real"] += mb.real_tokens
+        sums = defaultdict(float, distributed.sum_over_ranks(sums))
+        slots, real = int(sums.pop("slots")), int(sums.pop("real", 0))
         if critic_only:
             self.optimizer.zero_grad(set_to_none=True)  # the step below is then a no-op
         else:
-            sums["grad_norm"] = self._clip_gradients(self.model.parameters())
+            sums["grad_norm"] = self.clip_gradients(self.model.parameters())
         self.optimizer.step()  # also while warming up: keeps torch's optimizer/schedule order
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic is not None:
-            sums["critic_grad_norm"] = self._clip_gradients(self.critic.parameters())
+            sums["critic_grad_norm"] = self.clip_gradients(self.critic.parameters())
             self.critic_optimizer.step()
             self.critic_optimizer.zero_grad(set_to_none=True)
-        slots = sum(mb.slots for mb in micro_batches)
-        real = sum(mb.real_tokens for mb in micro_batches)
         return dict(sums), normalizer, slots, real
 
-    def _clip_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> float:
+    def _micro_batch_plan(self, trajectories: list[Trajectory]) -> list[tuple[MicroBatch, float]]:
+        """This rank's micro-batches of a mini-batch, each with its loss weight.
+
+        Each rank packs its token-balanced share; ranks with fewer micro-batches
+        than the busiest add weight-0 passes over the shortest trajectory.
+        """
+        parts = distributed.split_by_tokens([len(t.token_ids) for t in trajectories], self.world)
+        mine = [trajectories[i] for i in parts[distributed.rank()]]
+        micro, rows = self.settings.micro_batch_tokens, self.settings.row_tokens
+        packed = pack(mine, row_tokens=rows, micro_batch_tokens=micro) if mine else []
+
+        def spare() -> MicroBatch:
+            shortest = min(trajectories, key=lambda t: len(t.token_ids))
+            return pack([shortest], row_tokens=None, micro_batch_tokens=len(shortest.token_ids))[0]
+
+        return distributed.pad_to_busiest(packed, spare)
+
+    @contextlib.contextmanager
+    def gradient_sync(self, sync: bool) -> Iterator[None]:
+        """Keep gradients local unless `sync`: ranks reduce them once, on a step's last pass."""
+        with contextlib.ExitStack() as stack:
+            if not sync and self.world > 1:
+                for module in (self.model, self.critic):
+                    if module is not None:
+                        stack.enter_context(self.accelerator.no_sync(module))
+            yield
+
+    @property
+    def world(self) -> int:
+        """Number of data-parallel ranks."""
+        return distributed.world_size()
+
+    def clip_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> float:
+        """Clip to `max_grad_norm` (after the ranks' reduction); returns the norm before."""
         parameters = [p for p in parameters if p.grad is not None]
-        if self.settings.max_grad_norm is None:
+        limit = self.settings.max_grad_norm
+        if limit is None and not self.sharded:
             grads = [p.grad.norm() for p in parameters]
             return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
-        return float(self.accelerator.clip_grad_norm_(parameters, self.settings.max_grad_norm))
+        # sharded gradients need accelerate's norm over all shards; an infinite limit clips nothing
+        limit = math.inf if limit is None else limit
+        return float(self.accelerator.clip_grad_norm_(parameters, limit))
 
     @torch.no_grad()
     def _recompute_old_logprobs(self, trajectories: list[Trajectory]) -> float:
@@ -374,22 +472,33 @@ class Learner:
         Several optimizer steps per batch need fixed "old" log-probabilities. The
         learner's own make the update a deterministic function of the sampled
         tokens (the sampler's vary in the last bits with how requests were batched).
+        Each rank computes its contiguous share; all ranks get every result.
         """
-        diff, count = 0.0, 0
-        self.model.eval()  # as the sampler ran: no dropout in the fixed "old" values
-        for traj in trajectories:
-            (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=len(traj.token_ids))
-            logprobs, _ = token_logprobs(self.model, mb, self.settings.temperature)
-            mask = mb.mask[0].bool()
-            fresh = torch.zeros(len(traj.token_ids))
-            fresh[1:][mask[:-1]] = logprobs[0, :-1][mask[:-1]].float().cpu()
-            diff += float((fresh[1:][mask[:-1]] - mb.old_logprobs[0, :-1][mask[:-1]]).abs().sum())
-            count += int(mask.sum())
-            traj.logprobs = fresh.tolist()
+        model = self.unwrapped
+        model.eval()  # as the sampler ran: no dropout in the fixed "old" values
+        results = distributed.gather(
+            [self._own_logprobs(model, t) for t in distributed.shard(trajectories)]
+        )
         self.model.train()
+        diff, count = 0.0, 0
+        for traj, (fresh, traj_diff, traj_count) in zip(trajectories, results, strict=True):
+            traj.logprobs = fresh
+            diff, count = diff + traj_diff, count + traj_count
         return diff / max(count, 1)
 
-    def _loss_inputs(self, mb: MicroBatch, normalizer: float, critic_only: bool) -> LossInputs:
+    def _own_logprobs(self, model: Any, traj: Trajectory) -> tuple[list[float], float, int]:
+        """The model's log-probabilities of `traj`, their summed |diff| to the sampler's, count."""
+        (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=len(traj.token_ids))
+        logprobs, _ = token_logprobs(model, mb, self.settings.temperature)
+        mask = mb.mask[0].bool()
+        fresh = torch.zeros(len(traj.token_ids))
+        fresh[1:][mask[:-1]] = logprobs[0, :-1][mask[:-1]].float().cpu()
+        diff = float((fresh[1:][mask[:-1]] - mb.old_logprobs[0, :-1][mask[:-1]]).abs().sum())
+        return fresh.tolist(), diff, int(mask.sum())
+
+    def _loss_inputs(
+        self, mb: MicroBatch, normalizer: float, critic_only: bool, *, real: bool = True
+    ) -> LossInputs:
         shared = self.critic is not None and self.accelerator.unwrap_model(self.critic).shared
         # While the critic warms up the policy gets no gradient, so its forward needs none.
         with torch.set_grad_enabled(not critic_only):
@@ -406,7 +515,7 @@ class Learner:
         # gradient that of log pi. Using the learner's own values keeps the update a
         # deterministic function of the tokens; the sampler's are only compared.
         old = logprobs.detach() if self._on_policy else sampler
-        if self._on_policy:
+        if self._on_policy and real:
             mask = mb.mask.to(device)
             self._drift += float(((old - sampler).abs() * mask).sum())
             self._drift_tokens += int(mask.sum())

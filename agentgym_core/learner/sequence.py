@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from agentgym_core import distributed
 from agentgym_core.interfaces import OfflineAlgorithm, SequenceInputs
 from agentgym_core.learner.learner import Learner, token_logprobs
 from agentgym_core.learner.packing import pack
@@ -73,49 +74,69 @@ def sequence_update(
     micro_batch_tokens: int,
     temperature: float = 1.0,
 ) -> dict[str, float]:
-    """One optimizer step on `examples`; returns the loss and example-weighted metrics."""
+    """One optimizer step on `examples`; returns the loss and example-weighted metrics.
+
+    Under `accelerate launch` each rank takes a token-balanced share of the
+    examples; totals are those of all examples and the loss is scaled by the
+    world size, so the gradient DDP averages is the single-process one.
+    """
     start = time.perf_counter()
     learner.model.train()
-    per_example = algorithm.sequences_per_example
     total_tokens = float(sum(sum(s.loss_mask[1:]) for ex in examples for s in ex)) or 1.0
+    sizes = [sum(len(s.token_ids) for s in example) for example in examples]
+    mine = [
+        examples[i] for i in distributed.split_by_tokens(sizes, learner.world)[distributed.rank()]
+    ]
+    groups = micro_batches(mine, micro_batch_tokens)
+    plan = distributed.pad_to_busiest(groups, lambda: [examples[sizes.index(min(sizes))]])
     sums: dict[str, float] = defaultdict(float)
-    for group in micro_batches(examples, micro_batch_tokens):
-        flat = [seq for example in group for seq in example]
-        logprobs, tokens = sequence_logprobs(learner.model, flat, temperature)
-        reference = None
-        if learner.reference is not None:
-            with torch.no_grad():
-                reference, _ = sequence_logprobs(learner.reference, flat, temperature)
-            reference = reference.view(-1, per_example)
-        inputs = SequenceInputs(
-            logprobs=logprobs.view(-1, per_example),
-            tokens=tokens.view(-1, per_example),
-            total_examples=len(examples),
-            total_tokens=total_tokens,
-            ref_logprobs=reference,
-        )
-        loss, metrics = algorithm.sequence_loss(inputs)
-        learner.accelerator.backward(loss)
+    for index, (group, weight) in enumerate(plan):
+        with learner.gradient_sync(index == len(plan) - 1):
+            loss, metrics = _group_loss(
+                learner, algorithm, group, (total_tokens, len(examples)), temperature
+            )
+            scale = weight * learner.world  # DDP averages over ranks: this makes it a sum
+            learner.accelerator.backward(loss if scale == 1.0 else loss * scale)
+        if weight == 0:
+            continue  # a stand-in that only pairs this rank's collectives with the others'
         sums["loss"] += float(loss.detach())
         share = len(group) / len(examples)
         for key, value in metrics.items():
             sums[key] += value * share
-    sums["grad_norm"] = _clip(learner)
+    sums = defaultdict(float, distributed.sum_over_ranks(sums))
+    sums["grad_norm"] = learner.clip_gradients(learner.model.parameters())
     learner.optimizer.step()
     learner.optimizer.zero_grad(set_to_none=True)
     sums["lr"] = learner.scheduler.get_last_lr()[0]
     learner.scheduler.step()
+    learner.refresh_replica()
     sums["tokens"] = total_tokens
     sums["update_seconds"] = time.perf_counter() - start
     return dict(sums)
 
 
-def _clip(learner: Learner) -> float:
-    """Clip gradients to the learner's `max_grad_norm`; returns the norm before clipping."""
-    parameters = [p for p in learner.model.parameters() if p.grad is not None]
-    if not parameters:
-        return 0.0
-    limit = learner.settings.max_grad_norm
-    if limit is None:
-        return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters])))
-    return float(learner.accelerator.clip_grad_norm_(parameters, limit))
+def _group_loss(
+    learner: Learner,
+    algorithm: OfflineAlgorithm,
+    group: list[Example],
+    totals: tuple[float, int],
+    temperature: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The algorithm's loss on one micro-batch; `totals`: agent tokens and examples of the step."""
+    total_tokens, total_examples = totals
+    per_example = algorithm.sequences_per_example
+    flat = [seq for example in group for seq in example]
+    logprobs, tokens = sequence_logprobs(learner.model, flat, temperature)
+    reference = None
+    if learner.reference is not None:
+        with torch.no_grad():
+            reference, _ = sequence_logprobs(learner.reference, flat, temperature)
+        reference = reference.view(-1, per_example)
+    inputs = SequenceInputs(
+        logprobs=logprobs.view(-1, per_example),
+        tokens=tokens.view(-1, per_example),
+        total_examples=total_examples,
+        total_tokens=total_tokens,
+        ref_logprobs=reference,
+    )
+    return algorithm.sequence_loss(inputs)

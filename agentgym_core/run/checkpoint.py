@@ -5,6 +5,11 @@ A checkpoint folder `step-000120/` holds the model and tokenizer as
 with the step, optimizer state, RNG states and the metrics history. It is
 written to a temporary folder and renamed, so a crash never leaves half a
 checkpoint behind.
+
+Under `accelerate launch` every rank calls `save_learner_checkpoint` (gathering
+state can be a collective), only the main process writes, and every rank
+resumes from the same folder (on several nodes, `run.output_dir` must be on a
+shared file system).
 """
 
 from __future__ import annotations
@@ -13,10 +18,15 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+from agentgym_core import distributed
+
+if TYPE_CHECKING:
+    from agentgym_core.learner.learner import Learner
 
 STATE_FILE = "trainer_state.pt"
 
@@ -41,7 +51,7 @@ def save_checkpoint(
     *,
     model: Any,
     tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
+    optimizer_state: dict[str, Any],
     history: list[dict[str, float]],
     extra: dict[str, Any] | None = None,
 ) -> Path:
@@ -54,7 +64,7 @@ def save_checkpoint(
     tokenizer.save_pretrained(tmp)
     state = {
         "step": step,
-        "optimizer": optimizer.state_dict(),
+        "optimizer": optimizer_state,
         "history": history,
         "rng": {
             "python": random.getstate(),
@@ -68,6 +78,39 @@ def save_checkpoint(
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     return final
+
+
+def save_learner_checkpoint(
+    output_dir: Path,
+    step: int,
+    learner: Learner,
+    *,
+    tokenizer: Any,
+    history: list[dict[str, float]],
+    keep: int | None,
+) -> Path:
+    """Checkpoint a learner after `step` updates, keeping the newest `keep`; returns the folder.
+
+    Call it on every rank: with several, it first checks that all ranks hold the
+    same weights (their fingerprints go into the state as `extra["ranks"]`).
+    """
+    optimizer_state = learner.optimizer_state()  # gathered from its shards under FSDP
+    extra: dict[str, Any] = {"learner": learner.state()}
+    if distributed.world_size() > 1:
+        extra["ranks"] = distributed.same_weights(learner.unwrapped, step=step)
+    if distributed.is_main():
+        save_checkpoint(
+            output_dir,
+            step,
+            model=learner.unwrapped,
+            tokenizer=tokenizer,
+            optimizer_state=optimizer_state,
+            history=history,
+            extra=extra,
+        )
+        prune_checkpoints(output_dir, keep)
+    distributed.wait()  # no rank reads or moves on before the folder is complete
+    return checkpoint_dir(output_dir, step)
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentgym_core import distributed
 from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, Policy
 from agentgym_core.learner.critic import Critic, build_critic
 
@@ -43,6 +44,7 @@ def load_model(
         model.gradient_checkpointing_enable()
     if torch.cuda.is_available():
         model = model.to("cuda")
+    distributed.share_main_weights(model)  # FSDP's rank-0 loading left zeros elsewhere
     return model, tokenizer
 
 

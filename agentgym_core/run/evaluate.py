@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym_core import distributed
 from agentgym_core.evaluation.metrics import summarize
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
@@ -41,7 +42,11 @@ def run_evaluation(
     settings: EvalSettings,
     rollout: RolloutSettings,
 ) -> tuple[dict[str, float], list[Trajectory]]:
-    """Play every task `k` times; returns the summary metrics and the trajectories."""
+    """Play every task `k` times; returns the summary metrics and the trajectories.
+
+    Under `accelerate launch` each rank plays its share of the episodes and
+    every rank gets all of them (per-request seeds: the same episodes as one process).
+    """
     episodes = [
         EpisodeSpec(task_id=task, group=index, sample=sample)
         for index, task in enumerate(tasks)
@@ -58,7 +63,7 @@ def run_evaluation(
         concurrency=rollout.concurrency,
         seed=settings.seed + 7_919,
     )
-    trajectories = engine.run(episodes, play)
+    trajectories = distributed.gather(engine.run(distributed.shard(episodes), play))
     return summarize(trajectories, settings.k), trajectories
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from agentgym_core import hookimpl
+from agentgym_core import distributed, hookimpl
 from agentgym_core.config.errors import ConfigError, Problem, dotted, pydantic_problems
 from agentgym_core.data.agenttraj import (
     AgentTrajError,
@@ -42,8 +42,7 @@ from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
-    prune_checkpoints,
-    save_checkpoint,
+    save_learner_checkpoint,
 )
 from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import evaluate_model
@@ -240,7 +239,8 @@ class StageData:
         finally:
             env.close()
         items = parse_items(raw, f"<expert {registration.name}>")
-        write_items(items, self.output_dir / "expert.json")
+        if distributed.is_main():  # every rank made the same items; one file
+            write_items(items, self.output_dir / "expert.json")
         return items
 
     def stage_rollouts(self, stage: str, key: str) -> list[Trajectory]:
@@ -315,14 +315,15 @@ class OfflineStage:
         history: list[dict[str, float]] = list(state["history"]) if state else []
         first_step = state["step"] if state else 0
         if state:
-            learner.optimizer.load_state_dict(state["optimizer"])
+            learner.load_optimizer_state(state["optimizer"])
             learner.load_state(state["extra"]["learner"])
         if first_step >= trainer.steps:  # finished earlier: a re-run pipeline moves on
             return TrainResult(Path(resume or self.start_model), history, first_step)
         examples, dropped = self._examples(ChatFormat(tokenizer, model.generation_config))
-        if show_progress:
+        show = show_progress and distributed.is_main()
+        if show:
             print(f"[{self.root.run.name}] {len(examples)} examples ({dropped} left out)")
-        progress = ProgressBar(trainer.steps, first_step, enabled=show_progress)
+        progress = ProgressBar(trainer.steps, first_step, enabled=show)
         checkpoint = resume or self.start_model
         try:
             for step in range(first_step, trainer.steps):
@@ -400,16 +401,14 @@ class OfflineStage:
         every = trainer.checkpoint_every
         if not ((every and done % every == 0) or done == trainer.steps):
             return current
-        path = save_checkpoint(
+        path = save_learner_checkpoint(
             self.output_dir,
             done,
-            model=learner.unwrapped,
+            learner,
             tokenizer=tokenizer,
-            optimizer=learner.optimizer,
             history=history,
-            extra={"learner": learner.state()},
+            keep=trainer.keep_checkpoints,
         )
-        prune_checkpoints(self.output_dir, trainer.keep_checkpoints)
         self.host.on_checkpoint(done, path)
         return path
 

@@ -1,18 +1,26 @@
-"""Run a config's stages in order, each starting from the previous stage's weights."""
+"""Run a config's stages in order, each starting from the previous stage's weights.
+
+Under `accelerate launch` every rank runs every stage; only the main process
+saves the config, tracks to MLflow, records rollouts and prints.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentgym_core import distributed
 from agentgym_core.config.stages import Stage, expand_stages
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import evaluate_model, evaluate_text_policy
 from agentgym_core.run.offline import (
+    RolloutRecorder,
     check_stage_sources,
     make_train_stage,
     stage_prefix,
@@ -52,6 +60,29 @@ def _tracker(resolved: Any, stage_name: str, store_dir: Path) -> MlflowTracker:
         resume=root.trainer.resume,
         tags=root.tracking.tags,
     )
+
+
+@contextlib.contextmanager
+def _observed(
+    stage: Stage, host: PluginHost, store_dir: Path
+) -> Iterator[tuple[MlflowTracker | None, RolloutRecorder | None]]:
+    """The stage's MLflow run and rollout recorder: on the main process, None elsewhere."""
+    if not distributed.is_main():
+        yield None, None
+        return
+    stage.config.save(Path(stage.config.root.run.output_dir) / "config.yaml")
+    tracker = _tracker(stage.config, stage.name, store_dir)
+    host.pm.register(tracker, name=f"mlflow-{stage.name}")
+    recorder = start_recording(stage.config, host)
+    try:
+        yield tracker, recorder
+        tracker.close("FINISHED")
+    except BaseException:
+        tracker.close("FAILED")
+        raise
+    finally:
+        host.pm.unregister(tracker)
+        stop_recording(host, recorder)
 
 
 def run_eval_stage(
@@ -137,11 +168,7 @@ def run_pipeline(
     for index, stage in enumerate(stages):
         start = time.perf_counter()
         Path(stage.config.root.run.output_dir).mkdir(parents=True, exist_ok=True)
-        stage.config.save(Path(stage.config.root.run.output_dir) / "config.yaml")
-        tracker = _tracker(stage.config, stage.name, store_dir)
-        host.pm.register(tracker, name=f"mlflow-{stage.name}")
-        recorder = start_recording(stage.config, host)
-        try:
+        with _observed(stage, host, store_dir) as (tracker, recorder):
             if stage.type == "train":
                 trained = make_train_stage(
                     stage.config,
@@ -154,19 +181,14 @@ def run_pipeline(
                 metrics = trained.history[-1] if trained.history else {}
             else:
                 metrics, trajectories = run_eval_stage(stage.config, host, model_path)
-                tracker.log_episodes(0, trajectories, split=stage.config.root.eval.split)
+                split = stage.config.root.eval.split
+                if tracker is not None:
+                    tracker.log_episodes(0, trajectories, split=split)
+                    table = eval_table(metrics, stage.config.root.eval.k)
+                    print(f"[{stage.name}] {model_path}\n{table}")
                 if recorder is not None:
-                    recorder.save_evaluation(stage.config.root.eval.split, trajectories)
-                print(
-                    f"[{stage.name}] {model_path}\n{eval_table(metrics, stage.config.root.eval.k)}"
-                )
-            tracker.close("FINISHED")
-        except BaseException:
-            tracker.close("FAILED")
-            raise
-        finally:
-            host.pm.unregister(tracker)
-            stop_recording(host, recorder)
+                    recorder.save_evaluation(split, trajectories)
+        distributed.wait()  # the main process's files of this stage exist before any rank reads
         earlier[stage.name] = Path(stage.config.root.run.output_dir)
         results.append(
             StageResult(

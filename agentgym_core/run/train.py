@@ -3,6 +3,12 @@
 Every random choice of step t derives from (run.seed, t), and the learner's
 shuffle state, optimizer and RNGs are checkpointed, so a run resumed from the
 checkpoint of step t continues exactly as the uninterrupted run would.
+
+Under `accelerate launch` every rank draws the same tasks, plays its share of
+the episodes and gathers everyone's, so advantages and metrics are those of the
+full batch on every rank; the learner splits the update (see `distributed`).
+Per-request sampling seeds make an episode's tokens independent of which rank
+played it, so N ranks train as one process would on the same batch.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 import torch
 
+from agentgym_core import distributed
 from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.learner.learner import Learner, LearnerSettings
 from agentgym_core.plugins import PluginHost
@@ -24,8 +31,7 @@ from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
-    prune_checkpoints,
-    save_checkpoint,
+    save_learner_checkpoint,
 )
 from agentgym_core.run.components import (
     Components,
@@ -119,7 +125,7 @@ class TrainStage:
         history: list[dict[str, float]] = list(state["history"]) if state else []
         first_step = state["step"] if state else 0
         if state:
-            learner.optimizer.load_state_dict(state["optimizer"])
+            learner.load_optimizer_state(state["optimizer"])
             learner.load_state(state["extra"]["learner"])
         policy = self.components.policy_factory(learner.unwrapped, tokenizer)
         engine = RolloutEngine(
@@ -129,7 +135,8 @@ class TrainStage:
             env_threads=root.rollout.env_threads,
         )
         train_tasks = evaluation_tasks(self.components.env_factory, "train", None)
-        progress = ProgressBar(trainer.steps, first_step, enabled=show_progress)
+        show = show_progress and distributed.is_main()
+        progress = ProgressBar(trainer.steps, first_step, enabled=show)
         checkpoint = resume or self.start_model
         try:
             for step in range(first_step, trainer.steps):
@@ -140,16 +147,14 @@ class TrainStage:
                 done = step + 1
                 every = trainer.checkpoint_every
                 if (every and done % every == 0) or done == trainer.steps:
-                    checkpoint = save_checkpoint(
+                    checkpoint = save_learner_checkpoint(
                         self.output_dir,
                         done,
-                        model=learner.unwrapped,
+                        learner,
                         tokenizer=tokenizer,
-                        optimizer=learner.optimizer,
                         history=history,
-                        extra={"learner": learner.state()},
+                        keep=trainer.keep_checkpoints,
                     )
-                    prune_checkpoints(self.output_dir, trainer.keep_checkpoints)
                     self.host.on_checkpoint(done, checkpoint)
                 if trainer.eval_every and done % trainer.eval_every == 0:
                     self._evaluate(done, engine, history)
@@ -195,10 +200,10 @@ class TrainStage:
             for sample in range(trainer.group_size)
         ]
         start = time.perf_counter()
-        trajectories = engine.run(
-            episodes, rollout_settings(self.root, max_turns=horizon, seed=seed)
+        mine = engine.run(
+            distributed.shard(episodes), rollout_settings(self.root, max_turns=horizon, seed=seed)
         )
-        batch = TrajectoryBatch(trajectories)
+        batch = TrajectoryBatch(distributed.gather(mine))
         metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)
         self.host.after_rollout(step, batch, metrics)
         learner.score(batch.trainable)  # reference log-probs and critic values, where needed
