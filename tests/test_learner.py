@@ -336,3 +336,43 @@ def test_entropy_carries_gradient_only_when_the_algorithm_uses_it(tiny_model):
     assert logprobs.requires_grad and not entropy.requires_grad
     _, entropy, _ = policy_forward(model, mb, 1.0)
     assert entropy.requires_grad
+
+
+def test_padded_rows_hold_one_trajectory_each_and_give_the_same_logprobs(tiny_model):
+    model, _ = tiny_model
+    (shared,) = _constrained_batch(model.config.vocab_size)
+    rng = random.Random(7)
+    trajs = [_traj(rng, model.config.vocab_size, n) for n in (30, 12, 21, 9)]
+    for traj in trajs:
+        for position in (len(traj.token_ids) - 1, len(traj.token_ids) - 3):
+            traj.constraints[position] = tuple(sorted({traj.token_ids[position], 3, 4}))
+    padded = pack(trajs, row_tokens=None, micro_batch_tokens=60, share_rows=False)
+    assert [tuple(mb.input_ids.shape) for mb in padded] == [(2, 30), (2, 12)]  # longest first
+    for mb in padded:  # one trajectory per row; positions keep counting through the padding
+        assert all(offset == 0 for _, _, offset in mb.placements)
+        assert torch.equal(
+            mb.position_ids, torch.arange(mb.input_ids.shape[1]).expand_as(mb.input_ids)
+        )
+    with torch.no_grad():
+        by_shared, _ = token_logprobs(model, shared, 1.0)
+        expected = {
+            i: by_shared[r, o : o + len(trajs[i].token_ids) - 1] for i, r, o in shared.placements
+        }
+        for mb in padded:
+            logprobs, _ = token_logprobs(model, mb, 1.0)
+            for index, row, _ in mb.placements:
+                n = len(trajs[index].token_ids) - 1
+                assert torch.allclose(logprobs[row, :n], expected[index], atol=1e-5)
+
+
+def test_packing_auto_shares_rows_only_under_flash_attention(tiny_model):
+    from agentgym_core.run.train import share_rows
+
+    model, _ = tiny_model
+    assert model.config._attn_implementation != "flash_attention_2"
+    assert share_rows("auto", model) is False
+    assert share_rows("shared", model) is True and share_rows("padded", model) is False
+    flash = type(
+        "Model", (), {"config": type("Config", (), {"_attn_implementation": "flash_attention_2"})()}
+    )()
+    assert share_rows("auto", flash) is True

@@ -134,6 +134,13 @@ class TrainerConfig(_Block):
         description="Width of a packed row; null: the longest trajectory of the update "
         "(attention cost grows with the width, so wider rows only pay off for short sequences).",
     )
+    packing: Literal["auto", "shared", "padded"] = Field(
+        "auto",
+        description="shared: several trajectories per row, block-diagonal attention (no "
+        "padding; fast with flash-attention's variable-length kernels); padded: one per row, "
+        "right-padded, plain causal attention (SDPA's fused kernels; faster on the CPU); "
+        "auto: shared under flash_attention_2/3, else padded.",
+    )
     max_grad_norm: float | None = Field(
         1.0, gt=0, description="Gradient clipping norm; null: no clipping."
     )

@@ -57,6 +57,7 @@ class LearnerSettings:
     mini_batches: int = 1
     micro_batch_tokens: int = 8192
     row_tokens: int | None = None
+    share_rows: bool = True
     max_grad_norm: float | None = 1.0
     temperature: float = 1.0
     seed: int = 0
@@ -291,6 +292,7 @@ class Learner:
         batches = pack(
             todo,
             row_tokens=self.settings.row_tokens,
+            share_rows=self.settings.share_rows,
             micro_batch_tokens=self.settings.micro_batch_tokens,
         )
         ref: dict[int, list[float]] = {}
@@ -431,7 +433,10 @@ class Learner:
         parts = distributed.split_by_tokens([len(t.token_ids) for t in trajectories], self.world)
         mine = [trajectories[i] for i in parts[distributed.rank()]]
         micro, rows = self.settings.micro_batch_tokens, self.settings.row_tokens
-        packed = pack(mine, row_tokens=rows, micro_batch_tokens=micro) if mine else []
+        share = self.settings.share_rows
+        packed = (
+            pack(mine, row_tokens=rows, micro_batch_tokens=micro, share_rows=share) if mine else []
+        )
 
         def spare() -> MicroBatch:
             shortest = min(trajectories, key=lambda t: len(t.token_ids))

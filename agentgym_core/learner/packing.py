@@ -63,21 +63,44 @@ def _rows_first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
 
 
 def pack(
-    trajectories: Sequence[Trajectory], *, row_tokens: int | None, micro_batch_tokens: int
+    trajectories: Sequence[Trajectory],
+    *,
+    row_tokens: int | None,
+    micro_batch_tokens: int,
+    share_rows: bool = True,
 ) -> list[MicroBatch]:
     """Pack trajectories into micro-batches of rows at most `row_tokens` wide.
 
     A trajectory longer than `row_tokens` gets a row of its own length; None
-    makes rows as wide as the longest trajectory.
+    makes rows as wide as the longest trajectory. `share_rows=False` gives every
+    trajectory a row of its own instead, longest first, each micro-batch as
+    wide as its longest row, right-padded with positions that keep counting:
+    plain causal attention with no mask, which SDPA runs with its fused
+    kernels, where a block-diagonal mask (shared rows) forces the dense path.
     """
     lengths = [len(t.token_ids) for t in trajectories] or [1]
+    if not share_rows:
+        return _one_per_row(trajectories, lengths, micro_batch_tokens)
     width = max([row_tokens or 0, *lengths])
     rows = _rows_first_fit(lengths, width)
     rows_per_batch = max(1, micro_batch_tokens // width)
     return [
-        _build(trajectories, rows[i : i + rows_per_batch], width)
+        _build(trajectories, rows[i : i + rows_per_batch])
         for i in range(0, len(rows), rows_per_batch)
     ]
+
+
+def _one_per_row(
+    trajectories: Sequence[Trajectory], lengths: list[int], micro_batch_tokens: int
+) -> list[MicroBatch]:
+    order = sorted(range(len(trajectories)), key=lambda i: -lengths[i])
+    batches, start = [], 0
+    while start < len(order):
+        count = max(1, micro_batch_tokens // lengths[order[start]])
+        rows = [[i] for i in order[start : start + count]]
+        batches.append(_build(trajectories, rows, continue_positions=True))
+        start += count
+    return batches
 
 
 _SHIFTED = {  # field -> the Trajectory attribute it holds, shifted by one (position c predicts c+1)
@@ -92,8 +115,14 @@ _SHIFTED = {  # field -> the Trajectory attribute it holds, shifted by one (posi
 _LONG = ("input_ids", "position_ids", "targets")
 
 
-def _build(trajectories: Sequence[Trajectory], rows: list[list[int]], width: int) -> MicroBatch:
-    """One micro-batch: each field is built as Python rows and becomes one tensor."""
+def _build(
+    trajectories: Sequence[Trajectory], rows: list[list[int]], *, continue_positions: bool = False
+) -> MicroBatch:
+    """One micro-batch: each field is built as Python rows and becomes one tensor.
+
+    Padding positions restart at 0 (a sequence of their own), or keep counting
+    when `continue_positions` (the row then looks like one unpacked sequence).
+    """
     used = max(sum(len(trajectories[i].token_ids) for i in row) for row in rows)
     fields: dict[str, list[list[float]]] = {name: [] for name in (*_LONG, *_SHIFTED)}
     constrained_at: list[tuple[int, int]] = []
@@ -118,7 +147,10 @@ def _build(trajectories: Sequence[Trajectory], rows: list[list[int]], width: int
             placements.append((index, r, offset))
             offset += n
         for name, cell in cells.items():
-            cell += range(used - offset) if name == "position_ids" else [0] * (used - offset)
+            if name != "position_ids":
+                cell += [0] * (used - offset)
+            else:
+                cell += range(offset, used) if continue_positions else range(used - offset)
             fields[name].append(cell)
         real += offset
     tensors = {

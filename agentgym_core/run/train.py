@@ -119,7 +119,7 @@ class TrainStage:
             reference, _ = load_configured_model(root.model, self.start_model)
         critic = load_critic(algorithm.needs.critic, model, root.model, self.start_model)
         learner = Learner(
-            model, algorithm, self._learner_settings(), reference=reference, critic=critic
+            model, algorithm, self._learner_settings(model), reference=reference, critic=critic
         )
         state = load_trainer_state(resume) if resume else None
         history: list[dict[str, float]] = list(state["history"]) if state else []
@@ -164,7 +164,7 @@ class TrainStage:
             policy.close()
         return TrainResult(Path(checkpoint), history, first_step)
 
-    def _learner_settings(self) -> LearnerSettings:
+    def _learner_settings(self, model: Any) -> LearnerSettings:
         trainer = self.root.trainer
         return LearnerSettings(
             lr=trainer.lr,
@@ -176,6 +176,7 @@ class TrainStage:
             mini_batches=trainer.mini_batches,
             micro_batch_tokens=trainer.micro_batch_tokens,
             row_tokens=trainer.row_tokens,
+            share_rows=share_rows(trainer.packing, model),
             max_grad_norm=trainer.max_grad_norm,
             temperature=self.root.rollout.temperature,
             seed=self.root.run.seed,
@@ -222,6 +223,14 @@ class TrainStage:
         metrics, _ = run_evaluation(engine, tasks, settings, rollout)
         self.host.after_evaluation(step, settings.split, metrics)
         return metrics
+
+
+def share_rows(packing: str, model: Any) -> bool:
+    """Whether trajectories share packed rows (`trainer.packing`; auto: with flash attention)."""
+    if packing != "auto":
+        return packing == "shared"
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
+    return attention.startswith("flash_attention")
 
 
 def check_trainable(resolved: Any) -> None:
