@@ -7,8 +7,11 @@ hand-written trainer would do: forward, masked log-softmax of the targets, the
 clipped loss, backward, clip, AdamW step. It receives the micro-batches
 already packed; the learner packs them itself, applies the sampler's action
 constraints and computes the entropy, so all of that counts as learner
-overhead. Medians of wall time and of process CPU time (all threads),
-interleaved: on a shared machine the CPU time is the steadier one.
+overhead. Every row but the last packs several trajectories per row (block-
+diagonal attention); the last is `trainer.packing: padded`, what `auto` picks
+without flash attention: one trajectory per row, plain causal attention.
+Medians of wall time and of process CPU time (all threads), interleaved: on
+a shared machine the CPU time is the steadier one.
 
     .venv/bin/python benchmarks/learner_overhead.py --repeats 7
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -109,6 +113,9 @@ def measure(size_name: str, size: dict, texts: list[str], args) -> list[tuple[st
     settings = LearnerSettings(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens, seed=0)
     learner = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), settings)
     with_entropy = Learner(copy.deepcopy(model), GRPO(GRPOConfig(entropy_coef=0.01)), settings)
+    padded = Learner(
+        copy.deepcopy(model), GRPO(GRPOConfig()), dataclasses.replace(settings, share_rows=False)
+    )
     bare_model = copy.deepcopy(model)
     bare_optimizer = torch.optim.AdamW(bare_model.parameters(), lr=1e-5)
     packed = pack(batch, row_tokens=None, micro_batch_tokens=args.micro_batch_tokens)
@@ -120,6 +127,7 @@ def measure(size_name: str, size: dict, texts: list[str], args) -> list[tuple[st
         ),
         "Learner.update": lambda: learner.update(TrajectoryBatch(batch)),
         "Learner.update, entropy bonus": lambda: with_entropy.update(TrajectoryBatch(batch)),
+        "Learner.update, padded rows": lambda: padded.update(TrajectoryBatch(batch)),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
