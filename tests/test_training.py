@@ -9,12 +9,15 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM
 
+from agentgym_core import hookimpl
 from agentgym_core.config.load import load_config
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
+from agentgym_core.rollout.engine import EnvironmentDown
 from agentgym_core.run.train import TrainStage
 
 pytest.importorskip("agentgym_env_babyai")
+from agentgym_env_babyai import BabyAIConfig, BabyAIEnv  # noqa: E402
 
 
 def _config(
@@ -166,3 +169,55 @@ def test_short_run_beats_the_untrained_model(tmp_path, babyai_model, untrained_s
     after, _ = run_eval_stage(resolved, host, trained.checkpoint)
     print(name, "success before", untrained_success, "after", after["success_rate"])
     assert after["success_rate"] >= untrained_success + 0.15, (untrained_success, after)
+
+
+class FlakyBabyAI(BabyAIEnv):
+    """BabyAI whose reset raises during the updates listed in `down`, like a dead env server."""
+
+    down: set[int] = set()
+    update = 0
+
+    def reset(self, task_id):
+        if FlakyBabyAI.update in FlakyBabyAI.down:
+            raise ConnectionError(f"env server gone at update {FlakyBabyAI.update}")
+        return super().reset(task_id)
+
+
+class FlakyPlugin:
+    @hookimpl
+    def agentgym_register_environments(self, register):
+        register("flaky-babyai", FlakyBabyAI, config=BabyAIConfig)
+
+    @hookimpl
+    def agentgym_after_update(self, step, metrics):
+        FlakyBabyAI.update = step + 1
+
+
+def _flaky_run(tmp_path, model, agentgym_plugin, down: set[int], limit: int, out: str):
+    FlakyBabyAI.down, FlakyBabyAI.update = down, 0
+    host = agentgym_plugin(FlakyPlugin(), name="flaky")
+    path = _config(tmp_path, model, out, steps=5, checkpoint_every=1, max_failed_steps=limit)
+    return _train(path, host, "env.name=flaky-babyai")
+
+
+def test_a_run_whose_env_is_down_stops_with_the_env_error(tmp_path, babyai_model, agentgym_plugin):
+    with pytest.raises(EnvironmentDown) as raised:
+        _flaky_run(tmp_path, babyai_model, agentgym_plugin, {1, 2, 3, 4}, 2, "down")
+    message = str(raised.value)
+    assert "updates 2-3" in message and "max_failed_steps=2" in message
+    assert "'flaky-babyai'" in message and "ConnectionError: env server gone at update 2" in message
+    # checkpoints up to the update before the one that stopped the run
+    checkpoints = tmp_path / "down" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-000001", "step-000002"]
+    assert message.endswith(f"the newest weights are in {checkpoints / 'step-000002'}.")
+
+
+def test_failed_updates_that_are_not_consecutive_do_not_stop_a_run(
+    tmp_path, babyai_model, agentgym_plugin
+):
+    result = _flaky_run(tmp_path, babyai_model, agentgym_plugin, {0, 2, 4}, 2, "flaky")
+    errors = [m["rollout/env_errors"] for m in result.history]
+    assert errors == [16.0, 0.0, 16.0, 0.0, 16.0]
+    assert [m.get("train/skipped", 0.0) for m in result.history] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    unlimited = _flaky_run(tmp_path, babyai_model, agentgym_plugin, {0, 1, 2, 3, 4}, 0, "off")
+    assert [m["rollout/env_errors"] for m in unlimited.history] == [16.0] * 5

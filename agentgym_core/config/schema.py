@@ -154,6 +154,12 @@ class TrainerConfig(_Block):
     resume: bool = Field(
         True, description="Continue from the newest checkpoint in run.output_dir if any."
     )
+    max_failed_steps: int = Field(
+        3,
+        ge=0,
+        description="Stop after N consecutive updates in which every episode ended in "
+        "env_error (the environment or its server is down); 0: never stop.",
+    )
 
     @model_validator(mode="after")
     def _batch_fits(self) -> TrainerConfig:

@@ -34,6 +34,14 @@ class PolicyError(RuntimeError):
     """Generation failed. Not an environment fault, so it stops the run instead of one episode."""
 
 
+class EnvironmentDown(RuntimeError):
+    """Every episode of `trainer.max_failed_steps` consecutive updates ended in env_error.
+
+    Such updates train on nothing; without this a dead env server would let a
+    run "finish" having learned nothing.
+    """
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
     """How episodes are played."""

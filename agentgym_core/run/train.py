@@ -26,7 +26,12 @@ from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.learner.learner import Learner, LearnerSettings
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.rollout.engine import (
+    EnvironmentDown,
+    EpisodeSpec,
+    RolloutEngine,
+    RolloutSettings,
+)
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
@@ -42,7 +47,7 @@ from agentgym_core.run.components import (
 from agentgym_core.run.evaluate import EvalSettings, evaluation_tasks, run_evaluation
 from agentgym_core.run.metrics import rollout_metrics
 from agentgym_core.tracking.console import ProgressBar
-from agentgym_core.types import TrajectoryBatch
+from agentgym_core.types import Termination, TrajectoryBatch
 
 
 @dataclass
@@ -138,12 +143,16 @@ class TrainStage:
         show = show_progress and distributed.is_main()
         progress = ProgressBar(trainer.steps, first_step, enabled=show)
         checkpoint = resume or self.start_model
+        failed = 0  # consecutive updates whose episodes all ended in env_error
         try:
             for step in range(first_step, trainer.steps):
-                metrics = self._step(step, engine, learner, policy, train_tasks, history)
+                metrics, batch = self._step(step, engine, learner, policy, train_tasks, history)
                 history.append(metrics)
                 self.host.after_update(step, metrics)
                 progress.update(step + 1, metrics)
+                failed = failed + 1 if only_env_errors(batch) else 0
+                if trainer.max_failed_steps and failed >= trainer.max_failed_steps:
+                    raise environment_down(self.root.env.name, step, failed, batch, checkpoint)
                 done = step + 1
                 every = trainer.checkpoint_every
                 if (every and done % every == 0) or done == trainer.steps:
@@ -190,7 +199,7 @@ class TrainStage:
         policy: Any,
         train_tasks: list[int],
         history: list[dict[str, float]],
-    ) -> dict[str, float]:
+    ) -> tuple[dict[str, float], TrajectoryBatch]:
         trainer = self.root.trainer
         seed = step_seed(self.root.run.seed, step)
         horizon = self.components.scheduler.max_turns(step, history)
@@ -212,7 +221,7 @@ class TrainStage:
         metrics.update({f"train/{k}": v for k, v in learner.update(batch).items()})
         policy.sync_weights(learner.unwrapped)
         metrics["step_seconds"] = time.perf_counter() - start
-        return metrics
+        return metrics, batch
 
     def _evaluate(
         self, step: int, engine: RolloutEngine, history: list[dict[str, float]]
@@ -223,6 +232,24 @@ class TrainStage:
         metrics, _ = run_evaluation(engine, tasks, settings, rollout)
         self.host.after_evaluation(step, settings.split, metrics)
         return metrics
+
+
+def only_env_errors(batch: TrajectoryBatch) -> bool:
+    """Whether an update's episodes all ended in env_error (and there were some)."""
+    return len(batch) > 0 and all(t.termination == Termination.ENV_ERROR for t in batch)
+
+
+def environment_down(
+    env_name: str, step: int, failed: int, batch: TrajectoryBatch, checkpoint: Any
+) -> EnvironmentDown:
+    """The error for a run of failed updates: the steps, the env, its last error, the weights."""
+    last = next((t.error for t in reversed(batch.trajectories) if t.error), "no message")
+    return EnvironmentDown(
+        f"every episode of updates {step + 2 - failed}-{step + 1} ended in env_error "
+        f"(trainer.max_failed_steps={failed}); env {env_name!r}, last error: {last}. "
+        f"Nothing was trained on in these updates. Fix the environment and run again; "
+        f"the newest weights are in {checkpoint}."
+    )
 
 
 def share_rows(packing: str, model: Any) -> bool:
