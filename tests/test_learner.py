@@ -376,3 +376,18 @@ def test_packing_auto_shares_rows_only_under_flash_attention(tiny_model):
         "Model", (), {"config": type("Config", (), {"_attn_implementation": "flash_attention_2"})()}
     )()
     assert share_rows("auto", flash) is True
+
+
+def test_model_attn_implementation_reaches_the_loaded_model(tiny_model_dir):
+    from agentgym_core.config.errors import ConfigError
+    from agentgym_core.config.schema import ModelConfig
+    from agentgym_core.run.components import load_configured_model
+
+    default, _ = load_configured_model(ModelConfig(path=str(tiny_model_dir)))
+    eager, _ = load_configured_model(
+        ModelConfig(path=str(tiny_model_dir), attn_implementation="eager")
+    )
+    assert default.config._attn_implementation == "sdpa"
+    assert eager.config._attn_implementation == "eager"
+    with pytest.raises(ConfigError, match=r"model\.attn_implementation: 'bogus': .*sdpa"):
+        load_configured_model(ModelConfig(path=str(tiny_model_dir), attn_implementation="bogus"))

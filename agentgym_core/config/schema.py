@@ -76,6 +76,12 @@ class ModelConfig(_Block):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass to save memory."
     )
+    attn_implementation: str | None = Field(
+        None,
+        min_length=1,
+        description="transformers' attention kernel (sdpa, eager, flash_attention_2, ...); "
+        "null: transformers' default. Under flash attention `trainer.packing: auto` shares rows.",
+    )
 
 
 class RolloutConfig(_Block):

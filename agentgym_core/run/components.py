@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentgym_core import distributed
+from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, Policy
 from agentgym_core.learner.critic import Critic, build_critic
 
@@ -24,6 +25,7 @@ def load_model(
     tokenizer_path: str | Path | None = None,
     trust_remote_code: bool = False,
     gradient_checkpointing: bool = False,
+    attn_implementation: str | None = None,
 ) -> tuple[Any, Any]:
     """A causal LM and its tokenizer from a local folder (Hugging Face format)."""
     folder = Path(path)
@@ -35,11 +37,19 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(
         tokenizer_path or folder, trust_remote_code=trust_remote_code
     )
-    model = AutoModelForCausalLM.from_pretrained(
-        folder,
-        dtype="auto" if dtype == "auto" else DTYPES[dtype],
-        trust_remote_code=trust_remote_code,
-    )
+    attention = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            folder,
+            dtype="auto" if dtype == "auto" else DTYPES[dtype],
+            trust_remote_code=trust_remote_code,
+            **attention,
+        )
+    except (ValueError, ImportError) as error:
+        if not attention or "attention" not in str(error).lower():
+            raise
+        problem = Problem("model.attn_implementation", f"{attn_implementation!r}: {error}")
+        raise ConfigError([problem]) from error
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if torch.cuda.is_available():
@@ -56,6 +66,7 @@ def load_configured_model(model_block: Any, path: str | Path | None = None) -> t
         tokenizer_path=None if path else model_block.tokenizer_path,
         trust_remote_code=model_block.trust_remote_code,
         gradient_checkpointing=model_block.gradient_checkpointing,
+        attn_implementation=model_block.attn_implementation,
     )
 
 
