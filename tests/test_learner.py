@@ -272,13 +272,17 @@ def _full_vocab_reference(model, mb, temperature):
     return chosen, entropy
 
 
-def _constrained_batch(vocab: int):
+def _constrained_trajectories(vocab: int) -> list[Trajectory]:
     rng = random.Random(7)
     trajs = [_traj(rng, vocab, n) for n in (30, 12, 21, 9)]
     for traj in trajs:  # constrain two agent positions per trajectory, the target among them
         for position in (len(traj.token_ids) - 1, len(traj.token_ids) - 3):
             traj.constraints[position] = tuple(sorted({traj.token_ids[position], 3, 4}))
-    return pack(trajs, row_tokens=32, micro_batch_tokens=1 << 20)
+    return trajs
+
+
+def _constrained_batch(vocab: int):
+    return pack(_constrained_trajectories(vocab), row_tokens=32, micro_batch_tokens=1 << 20)
 
 
 def test_agent_position_logprobs_equal_the_full_vocabulary_computation(tiny_model):
@@ -341,11 +345,7 @@ def test_entropy_carries_gradient_only_when_the_algorithm_uses_it(tiny_model):
 def test_padded_rows_hold_one_trajectory_each_and_give_the_same_logprobs(tiny_model):
     model, _ = tiny_model
     (shared,) = _constrained_batch(model.config.vocab_size)
-    rng = random.Random(7)
-    trajs = [_traj(rng, model.config.vocab_size, n) for n in (30, 12, 21, 9)]
-    for traj in trajs:
-        for position in (len(traj.token_ids) - 1, len(traj.token_ids) - 3):
-            traj.constraints[position] = tuple(sorted({traj.token_ids[position], 3, 4}))
+    trajs = _constrained_trajectories(model.config.vocab_size)
     padded = pack(trajs, row_tokens=None, micro_batch_tokens=60, share_rows=False)
     assert [tuple(mb.input_ids.shape) for mb in padded] == [(2, 30), (2, 12)]  # longest first
     for mb in padded:  # one trajectory per row; positions keep counting through the padding
