@@ -243,6 +243,10 @@ class OfflineDataset(Protocol):
         """Every trajectory an earlier pipeline stage saved (`tracking.save_rollouts`)."""
         ...
 
+    def rollout_files(self, patterns: Sequence[str], key: str) -> list[Trajectory]:
+        """Trajectories saved as JSONL (`tracking.save_rollouts`, an evolve round's kept ones)."""
+        ...
+
 
 @runtime_checkable
 class OfflineAlgorithm(Protocol):

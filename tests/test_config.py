@@ -395,7 +395,7 @@ def test_stage_errors_name_the_stage(write, registry):
 def test_stage_shape_errors(write):
     text = BASE + "stages:\n  - {name: a, type: tune}\n  - {name: a, type: eval, trainr: {}}\n"
     message = errors_of(write(text))
-    assert "stages.0.type: Input should be 'train' or 'eval'" in message
+    assert "stages.0.type: Input should be 'train', 'eval' or 'evolve'" in message
     assert "stages.1.trainr: unknown key (did you mean 'trainer'?)" in message
     message = errors_of(write(BASE + "stages: [{name: a, type: eval}, {name: a, type: eval}]\n"))
     assert "stages: stage names must be unique" in message

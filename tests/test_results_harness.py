@@ -99,6 +99,35 @@ def test_cost_counts_env_steps_of_scored_episodes_and_tokens():
     }
 
 
+def test_cost_adds_what_an_evolve_stage_explored():
+    points = [{"turns": 3.0, "episodes": 8.0, "env_errors": 0.0, "tokens": 100.0}]
+    explored = [{"evolve/env_steps": 50.0, "evolve/sampled_tokens": 400.0}] * 2
+    assert cost(points, 1.0, explored) == {
+        "train_seconds": 1.0,
+        "updates": 1,
+        "env_steps": 124,
+        "sampled_tokens": 900,
+    }
+
+
+def test_an_evolve_arm_runs_agentevol_rounds_and_keeps_its_explorations(tmp_path):
+    """`--smoke` of TextCraft's AgentEvol arm: a real `type: evolve` stage with one round."""
+    command = [sys.executable, "benchmarks/results.py", "--scenario", "textcraft", "--smoke"]
+    command += ["--arms", "evolve"]
+    for name in ("data", "work", "out"):
+        command += [f"--{name}", str(tmp_path / name)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "data" / "textcraft" / "evolve-seed0.json").read_text())
+    assert result["config"]["stages"][0] == {"name": "train", "type": "evolve"}
+    [explored] = result["explorations"]  # smoke: one round after cloning, on 4 tasks
+    assert explored["evolve/episodes"] == 4.0
+    assert result["cost"]["env_steps"] == round(explored["evolve/env_steps"]) > 0
+    assert result["evals"]["test"]["episodes"] == 4.0
+    rounds = tmp_path / "work" / "textcraft" / "seed0" / "evolve" / "train"
+    assert sorted(p.name for p in rounds.iterdir() if p.is_dir()) == ["round-0", "round-1"]
+
+
 def test_eval_record_keeps_overall_and_per_group():
     metrics = {"success_rate": 0.5, "mean_reward": 0.4, "avg@k": 0.5, "group/a/success_rate": 1.0}
     metrics["group/a/pass@k"] = 1.0
@@ -194,6 +223,9 @@ def test_unknown_scenario_and_arm_keys_are_named(tmp_path):
     (tmp_path / "bad.yaml").write_text(SCENARIO.replace("label: fixed 2", "lable: fixed 2"))
     with pytest.raises(SystemExit, match=r"arms.short: unknown keys \['lable'\]"):
         load_scenario("bad", tmp_path)
+    (tmp_path / "odd.yaml").write_text(SCENARIO.replace("label: fixed 2", "stage: tune"))
+    with pytest.raises(SystemExit, match="arms.short.stage: train or evolve, not 'tune'"):
+        load_scenario("odd", tmp_path)
 
 
 def test_kept_result_is_skipped_not_rerun(scenario, tmp_path):
@@ -229,10 +261,10 @@ def test_smoke_mode_runs_every_arm_and_writes_the_report(tmp_path):
     results = {
         p.stem: json.loads(p.read_text()) for p in (tmp_path / "data" / "babyai").glob("*.json")
     }
-    assert set(results) == {
-        f"{arm}-seed0" for arm in ("untrained", "fixed-short", "fixed-long", "scaling-inter")
-    }
-    assert [len(r["curve"]) for r in results.values()].count(2) == 3
+    rl = ("fixed-short", "fixed-long", "scaling-inter", "gigpo-scaling-inter", "adaptive")
+    offline = ("untrained", "sft", "sft-scaling-inter", "evolve")
+    assert set(results) == {f"{arm}-seed0" for arm in (*rl, *offline)}
+    assert [len(results[f"{arm}-seed0"]["curve"]) for arm in rl] == [2] * 5
     assert results["fixed-long-seed0"]["curve"][0]["horizon"] == 12.0
     assert results["fixed-short-seed0"]["curve"][0]["horizon"] == 4.0
     assert set(results["untrained-seed0"]["evals"]) == {"test", "heldout"}

@@ -225,6 +225,36 @@ class TrackingConfig(_Block):
     )
 
 
+class EvolveConfig(_Block):
+    """AgentEvol (AgentGym, arXiv 2406.04151), for a stage of `type: evolve`.
+
+    Round 0 fine-tunes on the algorithm's data (behaviour cloning); each later
+    round first explores the train tasks with the newest model, keeps the
+    rewarded episodes, and fine-tunes on the data plus everything kept so far.
+    """
+
+    iterations: int = Field(
+        2, ge=0, description="Explore-then-fine-tune rounds after the first fine-tune."
+    )
+    split: str = Field("train", min_length=1, description="Task split explored.")
+    num_tasks: int | None = Field(None, gt=0, description="First N tasks of the split; null: all.")
+    samples: int = Field(1, gt=0, description="Episodes per task in each exploration.")
+    greedy: bool = Field(True, description="Greedy exploration (AgentGym's); false: sampling.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature when not greedy.")
+    max_turns: int = Field(10, gt=0, description="Turn limit of an exploration episode.")
+    min_reward: float | None = Field(
+        None, description="Keep episodes with at least this reward; null: the successful ones."
+    )
+    per_task: int = Field(
+        1, gt=0, description="Episodes kept per task and round (AgentGym keeps one)."
+    )
+    restart: Literal["start", "previous"] = Field(
+        "start",
+        description="Fine-tune each round from the stage's starting model (AgentGym's choice, "
+        "against overfitting) or continue from the previous round's.",
+    )
+
+
 class StageConfig(_Block):
     """One step of a pipeline: partial overrides of the top-level blocks."""
 
@@ -232,7 +262,9 @@ class StageConfig(_Block):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="Stage name; also the stage's sub-folder of run.output_dir.",
     )
-    type: Literal["train", "eval"] = Field(description="Train (then save) or only evaluate.")
+    type: Literal["train", "eval", "evolve"] = Field(
+        description="Train (then save), only evaluate, or AgentEvol rounds (see `evolve`)."
+    )
     run: dict[str, Any] | None = Field(None, description="Overrides of `run`.")
     model: dict[str, Any] | None = Field(None, description="Overrides of `model`.")
     env: dict[str, Any] | None = Field(None, description="Overrides of `env`.")
@@ -243,6 +275,7 @@ class StageConfig(_Block):
     trainer: dict[str, Any] | None = Field(None, description="Overrides of `trainer`.")
     eval: dict[str, Any] | None = Field(None, description="Overrides of `eval`.")
     tracking: dict[str, Any] | None = Field(None, description="Overrides of `tracking`.")
+    evolve: dict[str, Any] | None = Field(None, description="Overrides of `evolve`.")
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         """The blocks this stage changes, keyed by block name."""
@@ -272,6 +305,9 @@ class AgentGymConfig(_Block):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Update loop.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow.")
+    evolve: EvolveConfig = Field(
+        default_factory=EvolveConfig, description="AgentEvol rounds of `type: evolve` stages."
+    )
     stages: list[StageConfig] | None = Field(
         None, description="Pipeline stages run in order; null: one `train` stage."
     )

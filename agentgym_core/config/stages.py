@@ -21,13 +21,14 @@ class Stage:
 
     Attributes:
         name: the stage name (also the last part of its `run.output_dir`).
-        type: `train` (update, then save) or `eval` (evaluate only).
+        type: `train` (update, then save), `eval` (evaluate only) or `evolve`
+            (AgentEvol rounds, `agentgym_core.run.evolve`).
         config: the base config merged with the stage's overrides; its
             `stages` is None.
     """
 
     name: str
-    type: Literal["train", "eval"]
+    type: Literal["train", "eval", "evolve"]
     config: ResolvedConfig
 
 
@@ -68,6 +69,8 @@ def expand_stages(resolved: ResolvedConfig) -> list[Stage]:
                 for block in needed
                 if getattr(config.root, block) is None
             ]
+        elif stage.type == "evolve":
+            problems += _evolve_problems(config, prefix)
         out.append(Stage(stage.name, stage.type, config))
     if problems:
         raise ConfigError(problems, str(resolved.source) if resolved.source else None)
@@ -81,6 +84,24 @@ def _online(config: ResolvedConfig) -> bool:
     registration, options = config.components["algorithm"]
     needs = getattr(registration.factory(options), "needs", None)
     return bool(getattr(needs, "online", True))
+
+
+def _evolve_problems(config: ResolvedConfig, prefix: tuple[Any, ...]) -> list[Problem]:
+    """An evolve stage fine-tunes with an offline algorithm that reads saved trajectories."""
+    path = dotted((*prefix, "algorithm", "name"))
+    if "algorithm" not in config.components:
+        return [Problem(path, "an evolve stage needs an algorithm (e.g. sft); none is set")]
+    registration, _ = config.components["algorithm"]
+    fields = getattr(registration.config, "model_fields", {})
+    if _online(config) or "trajectories" not in fields:
+        return [
+            Problem(
+                path,
+                "an evolve stage fine-tunes with an offline algorithm that reads saved "
+                f"trajectories (option `trajectories`, as sft); {registration.name!r} does not",
+            )
+        ]
+    return []
 
 
 def _apply(base: dict[str, Any], stage: StageConfig) -> dict[str, Any]:

@@ -150,7 +150,7 @@ def check_stage_sources(resolved: Any, stages: Sequence[Any]) -> None:
     """
     problems = []
     for index, stage in enumerate(stages):
-        algorithm = stage_algorithm(stage.config) if stage.type == "train" else None
+        algorithm = stage_algorithm(stage.config) if stage.type != "eval" else None
         if not is_offline(algorithm):
             continue
         before = {s.name: (i, s) for i, s in enumerate(stages[:index])}
@@ -254,11 +254,20 @@ class StageData:
             raise self.error(
                 key, f"stage {stage!r} saved no rollouts in {folder} (tracking.save_rollouts)"
             )
+        return self._fitting(trajectories, f"rollouts of {stage!r}", key)
+
+    def rollout_files(self, patterns: Sequence[str], key: str) -> list[Trajectory]:
+        """Trajectories in JSONL files (paths or globs), checked against this tokenizer."""
+        out = []
+        for path in self.files(patterns, key):
+            with path.open(encoding="utf-8") as lines:
+                out += [Trajectory.from_dict(json.loads(line)) for line in lines if line.strip()]
+        return self._fitting(out, "the trajectories", key) if out else out
+
+    def _fitting(self, trajectories: list[Trajectory], what: str, key: str) -> list[Trajectory]:
         vocab = len(self.chat.tokenizer)
         if max(max(t.token_ids, default=0) for t in trajectories) >= vocab:
-            raise self.error(
-                key, f"rollouts of {stage!r} hold token ids beyond this tokenizer ({vocab} tokens)"
-            )
+            raise self.error(key, f"{what} hold token ids beyond this tokenizer ({vocab} tokens)")
         return trajectories
 
 

@@ -19,6 +19,7 @@ from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import evaluate_model, evaluate_text_policy, partial_note
+from agentgym_core.run.evolve import EvolveStage
 from agentgym_core.run.offline import (
     RolloutRecorder,
     check_stage_sources,
@@ -176,8 +177,9 @@ def run_pipeline(
         start = time.perf_counter()
         Path(stage.config.root.run.output_dir).mkdir(parents=True, exist_ok=True)
         with _observed(stage, host, store_dir) as (tracker, recorder):
-            if stage.type == "train":
-                trained = make_train_stage(
+            if stage.type != "eval":
+                runner = EvolveStage if stage.type == "evolve" else make_train_stage
+                trained = runner(
                     stage.config,
                     host,
                     start_model=model_path,

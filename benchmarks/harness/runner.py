@@ -97,7 +97,7 @@ def pipeline_config(
         name=f"{scenario.name}-{arm.name}-seed{seed}", seed=seed, output_dir=str(run_dir)
     )
     config["model"] = {**config.get("model", {}), "path": str(model)}
-    stages = [{"name": "train", "type": "train"}] if arm.train else []
+    stages = [{"name": "train", "type": arm.stage}] if arm.train else []
     for name, spec in scenario.evals.items():
         if smoke:  # a few tasks, one sample: the smoke run checks the path, not the numbers
             spec = {**spec, "num_tasks": 4, "k": 1}
@@ -137,17 +137,34 @@ def eval_record(metrics: dict[str, float]) -> dict[str, Any]:
     return {**{key: metrics[key] for key in keep if key in metrics}, "groups": groups}
 
 
-def cost(curve: list[dict[str, float]], train_seconds: float) -> dict[str, float]:
-    """Training wall time, env steps (actions taken) and sampled tokens of a run."""
+def cost(
+    curve: list[dict[str, float]], train_seconds: float, explored: list[dict[str, float]] = ()
+) -> dict[str, float]:
+    """Training wall time, env steps (actions taken) and sampled tokens of a run.
+
+    `explored`: an evolve stage's explorations (their `explore.json`), which play
+    episodes outside the update curve.
+    """
     steps = sum(
         p.get("turns", 0.0) * (p.get("episodes", 0.0) - p.get("env_errors", 0.0)) for p in curve
     )
+    steps += sum(e.get("evolve/env_steps", 0.0) for e in explored)
+    tokens = sum(p.get("tokens", 0.0) for p in curve)
+    tokens += sum(e.get("evolve/sampled_tokens", 0.0) for e in explored)
     return {
         "train_seconds": round(train_seconds, 1),
         "updates": len(curve),
         "env_steps": round(steps),
-        "sampled_tokens": round(sum(p.get("tokens", 0.0) for p in curve)),
+        "sampled_tokens": round(tokens),
     }
+
+
+def explorations(run_dir: Path) -> list[dict[str, float]]:
+    """The exploration summaries of an evolve stage's rounds (none for other stages)."""
+    from agentgym_core.run.evolve import EXPLORED
+
+    paths = sorted((run_dir / "train").glob(f"round-*/{EXPLORED}"))
+    return [json.loads(path.read_text()) for path in paths]
 
 
 def machine() -> dict[str, Any]:
@@ -199,7 +216,7 @@ def run_arm(
     config = pipeline_config(scenario, arm, seed, model, run_dir, smoke=smoke)
     wall = time.perf_counter()
     stages, curve = run_pipeline_once(config, run_dir, host)
-    trained = [s for s in stages if s.type == "train"]
+    trained = [s for s in stages if s.type != "eval"]
     if trained:
         (run_dir / "final_checkpoint.txt").write_text(str(trained[-1].model))
     result = {
@@ -215,8 +232,10 @@ def run_arm(
         "evals": {
             s.name.removeprefix("eval-"): eval_record(s.metrics) for s in stages if s.type == "eval"
         },
-        "cost": cost(curve, sum(s.seconds for s in trained)),
+        "cost": cost(curve, sum(s.seconds for s in trained), explorations(run_dir)),
     }
+    if explored := explorations(run_dir):
+        result["explorations"] = explored
     result["config"].pop("model", None)
     result_path.parent.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=1))

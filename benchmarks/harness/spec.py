@@ -30,6 +30,7 @@ class Arm:
     overrides: dict[str, Any]
     start: str = "scratch"  # or "sft": the seed's `sft` arm checkpoint
     train: bool = True  # False: evaluate the start model only (`untrained`, `sft` is trained)
+    stage: str = "train"  # or "evolve": AgentEvol rounds (the `evolve` block of the overrides)
 
     @property
     def stage_boundaries(self) -> list[int]:
@@ -86,7 +87,10 @@ def load_scenario(name: str, directory: Path = CONFIGS) -> Scenario:
             spec.pop("label", arm_name),
             spec.pop("overrides", {}),
             start=spec.pop("start", "scratch"),
+            stage=spec.pop("stage", "train"),
         )
+        if (stage := arms[arm_name].stage) not in ("train", "evolve"):
+            raise SystemExit(f"{path}: arms.{arm_name}.stage: train or evolve, not {stage!r}")
         if spec:
             raise SystemExit(f"{path}: arms.{arm_name}: unknown keys {sorted(spec)}")
     return Scenario(name=name, arms=arms, **data)

@@ -4,8 +4,9 @@ Behavioural cloning, the first step of AgentEvol in AgentGym,
 https://arxiv.org/abs/2406.04151: maximize the likelihood of the agent's
 turns given the conversation so far.
 
-Data: AgentTraj JSON files (`files`, paths or globs) and/or episodes of the
-env's own expert generated at the start of the stage (`expert`). Only
+Data: AgentTraj JSON files (`files`, paths or globs), saved trajectories
+(`trajectories`, JSONL) and/or episodes of the env's own expert generated
+at the start of the stage (`expert`). Only
 assistant turns marked `loss: true`, or every assistant turn when the field
 is absent, carry loss; instructions and observations are context. Sequences
 are tokenized exactly as rollouts are, so the trained turns are the tokens
@@ -52,6 +53,11 @@ class SFTConfig(BaseModel):
         description="AgentTraj JSON files or globs (e.g. from `agentgym data expert`), "
         "relative to the working directory.",
     )
+    trajectories: list[str] = Field(
+        default_factory=list,
+        description="JSONL files or globs of saved trajectories (`tracking.save_rollouts`, an "
+        "evolve stage's kept episodes), trained on as they are: every agent turn.",
+    )
     expert: ExpertData | None = Field(
         None, description="Generate expert trajectories at the start of the stage; null: none."
     )
@@ -59,10 +65,10 @@ class SFTConfig(BaseModel):
 
     @model_validator(mode="after")
     def _has_data(self) -> SFTConfig:
-        if not self.files and self.expert is None:
+        if not self.files and not self.trajectories and self.expert is None:
             raise ValueError(
-                "no training data: set files (AgentTraj JSON paths or globs) "
-                "and/or expert: {episodes: N}"
+                "no training data: set files (AgentTraj JSON paths or globs), "
+                "trajectories (saved JSONL rollouts) and/or expert: {episodes: N}"
             )
         return self
 
@@ -83,7 +89,7 @@ class SFT:
         self.needs = AlgorithmNeeds(online=False)
 
     def examples(self, data: OfflineDataset) -> list[tuple[Trajectory, ...]]:
-        """One example per trajectory: the files first, then the expert's episodes."""
+        """One example per trajectory: the files, the expert's episodes, then saved ones."""
         items = [
             item for path in data.files(self.config.files, "files") for item in read_items(path)
         ]
@@ -96,7 +102,12 @@ class SFT:
                 env_options=expert.env,
                 key="expert.env",
             )
-        return [(data.sequence(item.conversations, task_id=_task(item.task_id)),) for item in items]
+        examples = [
+            (data.sequence(item.conversations, task_id=_task(item.task_id)),) for item in items
+        ]
+        if self.config.trajectories:
+            examples += [(t,) for t in data.rollout_files(self.config.trajectories, "trajectories")]
+        return examples
 
     def source_stages(self) -> dict[str, str]:
         """SFT reads no earlier stage's rollouts."""
