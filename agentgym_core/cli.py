@@ -151,6 +151,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     command = ui_command(args.path, port=args.port, host=args.host)
     print(" ".join(command), flush=True)
+    print(f"agentgym: episodes turn by turn, with frames: agentgym view {args.path}", flush=True)
     os.execvp(command[0], command)
     return 0  # pragma: no cover - exec does not return
 

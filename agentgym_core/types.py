@@ -93,6 +93,11 @@ class Trajectory:
     """A label for per-group reports (a BabyAI level, a crafting depth)."""
     advantages: list[float] | None = None
     """Per-token advantages, set by the algorithm (0 where loss_mask is 0)."""
+    first_observation: str = ""
+    """What the env showed at reset, before the first action (it is in the prompt's tokens)."""
+    frames: list[str] | None = None
+    """With `tracking.frames`: what the env's `render()` showed at reset and after each turn
+    (`frames[i + 1]` after `turns[i]`), as PNG data URIs or text; None when not recorded."""
     returns: list[float] | None = None
     """Per-token value targets, for algorithms with a critic."""
     ref_logprobs: list[float] | None = None

@@ -351,3 +351,73 @@ def test_forced_action_tail_is_appended_without_forward_passes(tiny_model):
     assert len(calls) < len(tokens)  # the prefill plus far fewer decode steps than tokens
     forced = [p for p, ids in enumerate(generation.allowed) if ids is not None and len(ids) == 1]
     assert forced and all(generation.logprobs[p] == 0.0 for p in forced)
+
+
+class _DrawingEnv(ColourEnv):
+    """Draws a picture whose one red pixel marks how many steps were taken; task 3's fails."""
+
+    def reset(self, task_id):
+        self.steps = 0
+        return super().reset(task_id)
+
+    def step(self, action):
+        self.steps += 1
+        return super().step(action)
+
+    def render(self):
+        import numpy as np
+
+        if self.task == 3:
+            raise RuntimeError("no display")
+        image = np.zeros((600, 300, 3), dtype=np.uint8)  # shrunk to every 3rd pixel: 200 x 100
+        image[0, 3 * self.steps] = (255, 0, 0)
+        return image
+
+
+def test_frames_follow_the_logged_episodes_and_a_failing_render_costs_nothing(tiny_model):
+    import base64
+    import io
+
+    from PIL import Image
+
+    from agentgym_core.rollout.frames import round_robin
+
+    engine = _engine(tiny_model, env_factory=lambda: _DrawingEnv(never_done=True))
+    episodes = [
+        EpisodeSpec(task_id=t, group=i, sample=s) for i, t in enumerate(range(5)) for s in (0, 1)
+    ]
+    settings = RolloutSettings(max_turns=3, seed=1, frames=4)
+    trajectories = engine.run(episodes, settings)
+    framed = [t for t in trajectories if t.frames is not None]
+    want = round_robin(episodes, 4)  # sample 0 of tasks 0-3: what the tracker logs first
+    assert [(t.task_id, 0) for t in framed] == [(s.task_id, s.sample) for s in want]
+    for trajectory in trajectories:
+        assert trajectory.first_observation.startswith("Your goal: go to the")
+        assert trajectory.termination == Termination.HORIZON  # the episode itself is untouched
+    for trajectory in framed:
+        assert len(trajectory.frames) == 4  # reset, then after each of 3 turns
+        if trajectory.task_id == 3:
+            assert trajectory.frames == ["(render() failed: RuntimeError: no display)"] * 4
+            continue
+        for steps, frame in enumerate(trajectory.frames):
+            image = Image.open(io.BytesIO(base64.b64decode(frame.split(",", 1)[1])))
+            assert image.size == (100, 200)
+            assert image.convert("RGB").getpixel((steps, 0)) == (255, 0, 0)
+    assert engine.run(episodes[:2], RolloutSettings(max_turns=2))[0].frames is None  # off
+    engine.close()
+
+
+def test_encoded_frames_are_bounded():
+    import base64
+
+    from agentgym_core.rollout.frames import MAX_BYTES, PNG_SIGNATURE, encode_frame
+
+    assert encode_frame("inventory: [stick] (2)") == "inventory: [stick] (2)"
+    assert encode_frame(None) is None
+    assert encode_frame(b"GIF89a") == "(a frame that is not a PNG image)"
+    png = PNG_SIGNATURE + b"rest"
+    assert encode_frame(png) == "data:image/png;base64," + base64.b64encode(png).decode()
+    assert (
+        encode_frame("x" * (MAX_BYTES + 1))
+        == f"(frame of {MAX_BYTES + 1} bytes left out: over {MAX_BYTES})"
+    )

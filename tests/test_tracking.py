@@ -13,13 +13,13 @@ import pluggy
 import pytest
 
 from agentgym_core import PROJECT, hookspecs
+from agentgym_core.rollout.frames import round_robin
 from agentgym_core.tracking.console import ProgressBar, format_table, postfix_of, update_line
 from agentgym_core.tracking.mlflow_tracker import (
     RUN_ID_FILE,
     MlflowTracker,
     flatten,
     metric_key,
-    pick,
     saved_run_id,
 )
 from agentgym_core.tracking.ui import find_store, ui_command
@@ -203,9 +203,9 @@ def test_helpers():
         "e": "{}",
     }
     assert metric_key("group/lvl@2 (hard)/pass@k") == "group/lvl_at_2 _hard_/pass_at_k"
-    picked = pick(batch_of(3, 2).trajectories, 4)
+    picked = round_robin(batch_of(3, 2).trajectories, 4)
     assert [t.group for t in picked] == [0, 1, 2, 0]
-    assert pick([], 8) == []
+    assert round_robin([], 8) == []
 
 
 def test_find_store_and_ui_command(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def run_dir(tmp_path_factory) -> Path:
         "rollout": {"max_context_tokens": 512},
         "trainer": {"steps": 2, "tasks_per_step": 2, "group_size": 2},
         "eval": {"split": "test", "num_tasks": 4, "k": 2},
-        "tracking": {"log_trajectories": 100},
+        "tracking": {"log_trajectories": 100, "frames": 100},
         "stages": [
             {"name": "before", "type": "eval"},
             {"name": "train", "type": "train"},
@@ -124,6 +125,14 @@ def test_stages_episodes_and_refusals_over_http(viewer, run_dir):
     assert httpx.get(viewer.url + "/raw/train/config.yaml").status_code == 200
     assert httpx.get(viewer.url + "/episode/999999").status_code == 404
     assert httpx.post(viewer.url + "/episodes").status_code == 405  # read-only
+    from mlflow import MlflowClient
+
+    from agentgym_core.tracking.mlflow_tracker import sqlite_uri
+
+    client = MlflowClient(sqlite_uri(run_dir / "mlflow.db"))
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    notes = {r.data.tags.get("mlflow.note.content", "") for r in runs}  # MLflow's UI links here
+    assert len(runs) == 3 and {n.rsplit("`agentgym view ", 1)[-1] for n in notes} == {f"{run_dir}`"}
 
 
 def test_browse_a_run_in_chromium(viewer, browser, tmp_path):
@@ -142,7 +151,16 @@ def test_browse_a_run_in_chromium(viewer, browser, tmp_path):
     ]
     assert outcomes and set(outcomes) == {"no"}
     browser.find_element("css selector", "table.episodes td a").click()
-    shot(browser, tmp_path / "episode.png", "turn 1 of", "action:")
+    shot(browser, tmp_path / "episode.png", "turn 1 of", "action:", "start (after reset)")
+    frame = browser.find_element("css selector", ".stepper img.frame")
+    assert browser.execute_script("return arguments[0].naturalWidth", frame) == 128  # 8x8 tiles
+    assert len(_colours(frame.get_attribute("src"))) > 3  # minigrid's grid, walls, agent, object
+    find = browser.find_elements
+    frames = [f.get_attribute("src") for f in find("css selector", "ol img.frame")]
+    actions = [a.text.removeprefix("> ") for a in find("css selector", "ol .action")]
+    assert len(frames) == len(actions) + 1 >= 3  # the start, then one after every turn
+    task = int(re.search(r"task (\d+)", browser.find_element("tag name", "h1").text)[1])
+    assert frames == _replayed_frames(task, actions)  # minigrid's own drawing, turn by turn
     browser.find_element("id", "next").click()
     shot(browser, tmp_path / "turn2.png", "turn 2 of", "Your goal")
     browser.find_element("id", "prev").click()
@@ -151,6 +169,61 @@ def test_browse_a_run_in_chromium(viewer, browser, tmp_path):
     browser.find_element("class name", "open-task").click()
     shot(browser, tmp_path / "compare.png", "Compare before and after", "before", "after", "turn 1")
     assert len(browser.find_elements("css selector", ".sides .side")) == 2
+
+
+def _replayed_frames(task: int, actions: list[str]) -> list[str]:
+    """The frames the env draws for `task` when those actions are played again."""
+    from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
+
+    from agentgym_core.rollout.frames import encode_frame
+
+    env = BabyAIEnv(BabyAIConfig(levels=LEVELS, list_actions=False))
+    env.reset(task)
+    frames = [encode_frame(env.render())]
+    for action in actions:
+        env.step(action)
+        frames.append(encode_frame(env.render()))
+    env.close()
+    return frames
+
+
+def _colours(data_uri: str) -> set:
+    """The distinct pixel colours of a PNG data URI."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    assert data_uri.startswith("data:image/png;base64,")
+    image = Image.open(io.BytesIO(base64.b64decode(data_uri.split(",", 1)[1]))).convert("RGB")
+    return {colour for _, colour in image.getcolors(maxcolors=1 << 16)}
+
+
+def test_live_pages_reload_as_a_training_run_logs(run_dir, browser, tmp_path):
+    """An open overview shows a stage that a real training run adds while it is open."""
+    from agentgym_core.serve.runner import ServerThread
+    from agentgym_core.view.app import create_app
+
+    live_run = tmp_path / "run"
+    shutil.copytree(run_dir, live_run)
+    config = yaml.safe_load((run_dir / "train" / "config.yaml").read_text())
+    config["run"]["output_dir"] = str(live_run)
+    config["stages"] = [{"name": "more", "type": "train", "trainer": {"steps": 1}}]
+    (tmp_path / "more.yaml").write_text(yaml.safe_dump(config))
+    with ServerThread(create_app(live_run, cache_dir=tmp_path / "cache")) as server:
+        browser.get(server.url + "/")
+        assert "Training: more" not in browser.find_element("tag name", "body").text
+        browser.execute_script("window.notReloaded = true")
+        result = agentgym("train", str(tmp_path / "more.yaml"), "--no-progress", "--quiet")
+        assert result.returncode == 0, result.stderr
+        deadline = time.monotonic() + 30
+        while "Training: more" not in browser.find_element("tag name", "body").text:
+            assert time.monotonic() < deadline, "the open page never showed the new stage"
+            time.sleep(0.5)
+        assert browser.execute_script("return window.notReloaded") is None  # it reloaded
+        browser.find_element("id", "live").click()  # untick: the page stays as it is
+        assert browser.execute_script("return localStorage.getItem('agentgym-view-live')") == "off"
+        browser.execute_script("localStorage.removeItem('agentgym-view-live')")
 
 
 def test_dump_dom_of_the_start_page_lists_episodes_with_levels(viewer, run_dir):

@@ -223,6 +223,13 @@ class TrackingConfig(_Block):
         description="Write every trajectory of the stage (each update's rollouts, an eval "
         "stage's episodes) as JSONL under run.output_dir/rollouts; DPO's pairs_from reads them.",
     )
+    frames: int = Field(
+        0,
+        ge=0,
+        description="Episodes per update and per evaluation that keep a frame of the env's "
+        "render() after reset and every turn (the logged ones first; images at most 256 px a "
+        "side), for `agentgym view`; 0: none.",
+    )
 
 
 class EvolveConfig(_Block):

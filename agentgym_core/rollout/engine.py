@@ -20,6 +20,7 @@ from typing import Any
 from agentgym_core.interfaces import Environment, Policy, SamplingParams
 from agentgym_core.rollout import contract
 from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.frames import encode_frame, round_robin
 from agentgym_core.types import Termination, Trajectory, Turn
 
 
@@ -56,6 +57,8 @@ class RolloutSettings:
     env_timeout_s: float = 30.0
     concurrency: int = 64
     seed: int = 0
+    frames: int = 0
+    """Episodes of a run() that record the env's render() after reset and every step."""
 
 
 @dataclass(frozen=True)
@@ -198,21 +201,25 @@ class RolloutEngine:
         """Async form of `run`, for callers that already own an event loop."""
         slots = asyncio.Semaphore(settings.concurrency)
 
+        framed = set(round_robin(list(episodes), settings.frames))
+
         async def bounded(spec: EpisodeSpec) -> Trajectory:
             async with slots:
-                return await self._episode(spec, settings)
+                return await self._episode(spec, settings, frames=spec in framed)
 
         return list(await asyncio.gather(*(bounded(spec) for spec in episodes)))
 
     async def _env_call(self, settings: RolloutSettings, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.threads.call(settings.env_timeout_s, fn, *args)
 
-    async def _episode(self, spec: EpisodeSpec, settings: RolloutSettings) -> Trajectory:
+    async def _episode(
+        self, spec: EpisodeSpec, settings: RolloutSettings, *, frames: bool = False
+    ) -> Trajectory:
         trajectory = Trajectory(task_id=spec.task_id, group=spec.group)
         env = self.pool.acquire()
         session = next(self._sessions)
         try:
-            await self._play(env, spec, settings, trajectory, session)
+            await self._play(env, spec, settings, trajectory, session, frames)
         except (PolicyError, contract.EnvironmentContractError):  # stop the run, not one episode
             await self._discard(env, settings, None)
             raise
@@ -264,6 +271,7 @@ class RolloutEngine:
             )
         group = await self._env_call(settings, env.task_group, spec.task_id)
         traj.task_group = contract.text(env, "task_group", group, optional=True)
+        traj.first_observation = observation
         return observation
 
     async def _play(
@@ -273,8 +281,10 @@ class RolloutEngine:
         settings: RolloutSettings,
         traj: Trajectory,
         session: int,
+        frames: bool = False,
     ) -> None:
         observation = await self._open(env, spec, settings, traj)
+        render = await self._first_frame(env, settings, traj, frames)
         prompt = self.chat.prompt_ids(self._instructions[id(env)], observation)
         traj.prompt_length = len(prompt)
         self._append(traj, prompt, sampled=False)
@@ -317,6 +327,8 @@ class RolloutEngine:
                 )
             )
             traj.reward += float(result.reward)
+            if render is not None:
+                traj.frames.append(await self._frame(settings, render))  # type: ignore[union-attr]
             if result.done or result.truncated:
                 traj.success = bool(result.info.get("success", result.reward > 0))
                 traj.termination = Termination.DONE
@@ -331,6 +343,22 @@ class RolloutEngine:
                 traj.termination = Termination.CONTEXT_BUDGET
                 return
             self._append(traj, delta, sampled=False)
+
+    async def _first_frame(
+        self, env: Environment, settings: RolloutSettings, traj: Trajectory, frames: bool
+    ) -> Callable[[], Any] | None:
+        """Start `traj.frames` with the reset's frame; the env's render() when frames are kept."""
+        render = getattr(env, "render", None) if frames else None
+        if render is not None:
+            traj.frames = [await self._frame(settings, render)]
+        return render
+
+    async def _frame(self, settings: RolloutSettings, render: Callable[[], Any]) -> str:
+        """The env's frame now, encoded; a failing render() is noted, never fatal."""
+        try:
+            return encode_frame(await self._env_call(settings, render)) or ""
+        except Exception as error:  # noqa: BLE001 - a picture must not cost the episode
+            return f"(render() failed: {type(error).__name__}: {error})"
 
     @staticmethod
     def _append(

@@ -117,8 +117,10 @@ class TextRolloutEngine(RolloutEngine):
         settings: RolloutSettings,
         traj: Trajectory,
         session: int,
+        frames: bool = False,
     ) -> None:
         observation = await self._open(env, spec, settings, traj)
+        render = await self._first_frame(env, settings, traj, frames)
         messages = opening_messages(self._instructions[id(env)], observation)
         traj.termination = Termination.HORIZON
         for turn in range(settings.max_turns):
@@ -145,6 +147,8 @@ class TextRolloutEngine(RolloutEngine):
                 )
             )
             traj.reward += float(result.reward)
+            if render is not None:
+                traj.frames.append(await self._frame(settings, render))  # type: ignore[union-attr]
             if result.done or result.truncated:
                 traj.success = bool(result.info.get("success", result.reward > 0))
                 traj.termination = Termination.DONE

@@ -72,6 +72,7 @@ def run_evaluation(
         env_timeout_s=rollout.env_timeout_s,
         concurrency=rollout.concurrency,
         seed=settings.seed + 7_919,
+        frames=rollout.frames,
     )
     trajectories = distributed.gather(engine.run(distributed.shard(episodes), play))
     trajectories = _replay_env_errors(engine, episodes, trajectories, settings, play)

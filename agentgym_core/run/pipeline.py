@@ -59,8 +59,22 @@ def _tracker(resolved: Any, stage_name: str, store_dir: Path) -> MlflowTracker:
         log_trajectories=root.tracking.log_trajectories,
         traces=root.tracking.traces,
         resume=root.trainer.resume,
-        tags=root.tracking.tags,
+        tags={**viewer_note(store_dir, root.tracking.uri), **root.tracking.tags},
     )
+
+
+def viewer_note(store_dir: Path, uri: str | None) -> dict[str, str]:
+    """The MLflow run's description (shown in `agentgym ui`): how to see its episodes.
+
+    Only for the run folder's own store: the viewer reads that folder.
+    """
+    if uri:
+        return {}
+    note = (
+        "Episodes turn by turn (frames, filters, two stages side by side): "
+        f"`agentgym view {store_dir}`"
+    )
+    return {"mlflow.note.content": note}
 
 
 @contextlib.contextmanager

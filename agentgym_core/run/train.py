@@ -72,6 +72,7 @@ def rollout_settings(root: Any, *, max_turns: int, seed: int) -> RolloutSettings
         env_timeout_s=block.env_timeout_s,
         concurrency=block.concurrency,
         seed=seed,
+        frames=root.tracking.frames,
     )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_core import hookimpl
+from agentgym_core.rollout.frames import round_robin
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 STORE_FILE = "mlflow.db"
@@ -79,19 +80,6 @@ def metric_key(name: str) -> str:
 def numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The numeric entries (bools as 0/1, NaN kept: it flags divergence) as floats."""
     return {metric_key(k): float(v) for k, v in metrics.items() if isinstance(v, int | float)}
-
-
-def pick(trajectories: Sequence[Trajectory], count: int) -> list[Trajectory]:
-    """Up to `count` trajectories, round-robin over groups so distinct tasks come first."""
-    by_group: dict[int, list[Trajectory]] = {}
-    for t in trajectories:
-        by_group.setdefault(t.group, []).append(t)
-    chosen: list[Trajectory] = []
-    depth = 0
-    while len(chosen) < min(count, len(trajectories)):
-        chosen.extend(g[depth] for g in by_group.values() if depth < len(g))
-        depth += 1
-    return chosen[:count]
 
 
 def jsonl(trajectories: Iterable[Trajectory]) -> str:
@@ -239,7 +227,7 @@ class MlflowTracker:
         Train episodes go to `trajectories/step-000012.jsonl`, others to
         `trajectories/<split>/step-000012.jsonl`.
         """
-        chosen = pick(trajectories, self.log_trajectories)
+        chosen = round_robin(trajectories, self.log_trajectories)
         if not chosen:
             return []
         folder = "trajectories" if split == "train" else f"trajectories/{split}"

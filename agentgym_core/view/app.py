@@ -123,6 +123,13 @@ def create_app(run_dir: str | Path, *, cache_dir: Path | None = None) -> FastAPI
     shown = shown_path(run.root)
     commands = {"view": f"agentgym view {shown}", "ui": f"agentgym ui {shown}"}
 
+    def version() -> str:
+        """Changes whenever the run logs something: the store's files, the episodes indexed."""
+        index.refresh()
+        files = (run.store, run.store.with_name(run.store.name + "-wal"))
+        stamps = [path.stat().st_mtime_ns for path in files if path.exists()]
+        return f"{max(stamps, default=0)}-{index.count()}"
+
     def render(name: str, **context: Any) -> HTMLResponse:
         body = templates.get_template(name).render(
             run=run,
@@ -134,9 +141,14 @@ def create_app(run_dir: str | Path, *, cache_dir: Path | None = None) -> FastAPI
         )
         return HTMLResponse(body)
 
+    @app.get("/api/version")
+    def api_version() -> dict[str, str]:
+        """What a live page polls: it reloads when this changes (see static/viewer.js)."""
+        return {"version": version()}
+
     @app.get("/", response_class=HTMLResponse)
     def overview() -> HTMLResponse:
-        index.refresh()
+        live = version()
         levels, results = eval_results(index.stages)
         charts = {s.name: curves(run, s) for s in index.stages if s.kind == "train"}
         total, rows = index.query({})
@@ -148,11 +160,12 @@ def create_app(run_dir: str | Path, *, cache_dir: Path | None = None) -> FastAPI
             results=results,
             total=total,
             rows=rows[:20],
+            live_version=live,
         )
 
     @app.get("/episodes", response_class=HTMLResponse)
     def episodes(request: Request, sort: str = "stage", desc: int = 0, page: int = 1) -> Any:
-        index.refresh()
+        live = version()
         params = {k: request.query_params.get(k, "") for k in FILTERS}
         total, rows = index.query(params, sort=sort, desc=bool(desc), page=page)
         pages = max(1, -(-total // PAGE_SIZE))
@@ -168,6 +181,7 @@ def create_app(run_dir: str | Path, *, cache_dir: Path | None = None) -> FastAPI
             rows=rows,
             page=page,
             pages=pages,
+            live_version=live,
             link=lambda **changes: "/episodes?" + _query_string(state, **changes),
         )
 

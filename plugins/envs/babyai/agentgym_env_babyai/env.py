@@ -221,6 +221,12 @@ class BabyAIEnv:
         names.update({DROP: "drop", TOGGLE: "toggle"})
         return names.get(int(primitive), "turn left")
 
+    def render(self) -> Any:
+        """Minigrid's top-down RGB frame (the agent's view highlighted), for `agentgym view`."""
+        if self.game is None:
+            return None
+        return self.unwrapped.get_frame(highlight=True, tile_size=16)
+
     def close(self) -> None:
         """Close every level's minigrid environment."""
         for game in self._games.values():

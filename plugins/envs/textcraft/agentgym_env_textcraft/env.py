@@ -118,6 +118,10 @@ class TextCraftEnv:
             return None
         return menu(self.game)
 
+    def render(self) -> str | None:
+        """The inventory now (what `inventory` would answer), for `agentgym view`."""
+        return self.game.inventory_text() if self.game is not None else None
+
     def expert_action(self) -> str:
         """The recipe planner's next action (see `planner`)."""
         if self.game is None:

@@ -256,6 +256,14 @@ class Browser:
                 self.driver.execute_async_script(_SETTLE, self.config.settle_ms)
             return self.driver.execute_script(_SNAPSHOT)
 
+    def screenshot(self) -> bytes:
+        """The task area (MiniWoB's `#wrap`, 160x210) as PNG; the whole window without one."""
+        from selenium.webdriver.common.by import By
+
+        with self._guard("taking a screenshot"):
+            found = self.driver.find_elements(By.ID, "wrap")
+            return found[0].screenshot_as_png if found else self.driver.get_screenshot_as_png()
+
     def click(self, ref: int) -> str | None:
         """MiniWoB's element click (events and focus); returns an error message or None."""
         with self._guard(f"clicking [{ref}]"):

@@ -135,9 +135,9 @@ class WebNavEnv:
             self.browser.press(ref, argument)
         return f"The page refused {verb} [{ref}]: {error}" if error else ""
 
-    def render(self) -> str:
-        """The current page as the agent sees it (for viewers)."""
-        return self._observe() if self.page is not None else ""
+    def render(self) -> bytes | None:
+        """A screenshot of the task's page (PNG), for `agentgym view`; None before a reset."""
+        return self.browser.screenshot() if self.page is not None else None
 
     # -- expert ----------------------------------------------------------------------
 

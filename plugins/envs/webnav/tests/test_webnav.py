@@ -205,3 +205,20 @@ def test_expert_refuses_tasks_it_does_not_cover(chromium):
             env.expert_action()
     finally:
         env.close()
+
+
+def test_render_is_a_screenshot_of_the_task_area_that_shows_typing(env):
+    """`render()` (frames for `agentgym view`): MiniWoB's 160x210 area as PNG, drawn live."""
+    import io
+
+    from PIL import Image
+
+    text = env.reset(task_id(env, "enter-text"))
+    before = env.render()
+    assert before.startswith(b"\x89PNG\r\n\x1a\n")
+    image = Image.open(io.BytesIO(before))
+    assert image.size == (160, 210)
+    assert len(image.convert("RGB").getcolors(maxcolors=1 << 16)) > 10  # text, field, button
+    ref = int(re.search(r"\[(\d+)\] input_text", text).group(1))
+    env.step(f"type [{ref}] [hello]")
+    assert env.render() != before  # the typed word is on the page now

@@ -163,6 +163,12 @@ class AgentGymBabyAIEnv:
             self._expert = Expert(self.game)
         return self._expert.choose(self.view, self.image)
 
+    def render(self) -> Any:
+        """Minigrid's top-down RGB frame (the agent's view highlighted), for `agentgym view`."""
+        if self.game is None:
+            return None
+        return self.unwrapped.get_frame(highlight=True, tile_size=16)
+
     def close(self) -> None:
         """Close every level's minigrid environment."""
         for game in self._games.values():
