@@ -6,6 +6,9 @@ Reports episodes/s of both, their ratio, and the async wall time divided by
 max(generation-only time, environment-only time): 1.0 would be perfect overlap.
 
     .venv/bin/python benchmarks/rollout.py --episodes 64 --turns 5 --latency-ms 0 20 100
+
+`--batching static continuous` (the default) times the `hf` policy's two batching
+modes in the same repeats, interleaved.
 """
 
 from __future__ import annotations
@@ -134,6 +137,13 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0, 20, 100])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jitter", choices=["none", "exp"], default="none")
+    parser.add_argument(
+        "--batching",
+        nargs="+",
+        choices=["static", "continuous"],
+        default=["static", "continuous"],
+        help="the hf policy's batching modes, run interleaved (lockstep always uses static)",
+    )
     args = parser.parse_args()
 
     config = BabyAIConfig(levels=LEVELS, list_actions=False)
@@ -144,9 +154,14 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(tmp)
         tokenizer = AutoTokenizer.from_pretrained(tmp)
     torch.manual_seed(0)
-    policy = HFPolicy(
-        HFPolicyConfig(max_batch_size=args.episodes), model=model, tokenizer=tokenizer
-    )
+    policies = {
+        mode: HFPolicy(
+            HFPolicyConfig(max_batch_size=args.episodes, batching=mode),
+            model=model,
+            tokenizer=tokenizer,
+        )
+        for mode in dict.fromkeys(["static", *args.batching])
+    }
     chat = ChatFormat(tokenizer, model.generation_config)
     tasks = BabyAIEnv(config).tasks("test")[: args.episodes]
     episodes = [EpisodeSpec(task, group=i) for i, task in enumerate(tasks)]
@@ -161,35 +176,41 @@ def main() -> None:
         return SlowEnv(config)
 
     print(
-        "| env latency | async episodes/s | lockstep episodes/s | async / lockstep | "
+        "| env latency | batching | async episodes/s | lockstep episodes/s | async / lockstep | "
         "async wall / max(gen-only, env-only) |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
+
+    def timed_run(policy: HFPolicy) -> tuple[float, list]:
+        engine = RolloutEngine(make_env, policy, chat, env_threads=args.episodes)
+        start = time.perf_counter()
+        trajectories = engine.run(episodes, settings)
+        seconds = time.perf_counter() - start
+        engine.close()
+        return seconds, trajectories
+
     for latency_ms in args.latency_ms:
-        SlowEnv.latency = latency_ms / 1000
-        async_times, lock_times, gen_times, env_times = [], [], [], []
-        for _ in range(args.repeats):
-            engine = RolloutEngine(make_env, policy, chat, env_threads=args.episodes)
-            start = time.perf_counter()
-            trajectories = engine.run(episodes, settings)
-            async_times.append(time.perf_counter() - start)
-            engine.close()
+        async_times = {mode: [] for mode in args.batching}
+        gen_times = {mode: [] for mode in args.batching}
+        lock_times, env_times = [], []
+        for _ in range(args.repeats):  # every contender once per repeat, interleaved
+            SlowEnv.latency = latency_ms / 1000
+            for mode in args.batching:
+                seconds, trajectories = timed_run(policies[mode])
+                async_times[mode].append(seconds)
             lock_times.append(
-                asyncio.run(lockstep(policy, chat, make_env, episodes, settings, pool))
+                asyncio.run(lockstep(policies["static"], chat, make_env, episodes, settings, pool))
             )
-            SlowEnv.latency, saved = 0.0, SlowEnv.latency
-            engine = RolloutEngine(make_env, policy, chat, env_threads=args.episodes)
-            start = time.perf_counter()
-            engine.run(episodes, settings)
-            gen_times.append(time.perf_counter() - start)
-            engine.close()
-            SlowEnv.latency = saved
             env_times.append(env_only(make_env, trajectories, pool))
-        a, lk = statistics.median(async_times), statistics.median(lock_times)
-        bound = max(statistics.median(gen_times), statistics.median(env_times))
-        n = len(episodes)
-        cells = [f"{latency_ms:.0f} ms", f"{n / a:.1f}", f"{n / lk:.1f}", f"{lk / a:.2f}x"]
-        print("| " + " | ".join([*cells, f"{a / bound:.2f}"]) + " |")
+            SlowEnv.latency = 0.0
+            for mode in args.batching:
+                gen_times[mode].append(timed_run(policies[mode])[0])
+        lk, n = statistics.median(lock_times), len(episodes)
+        for mode in args.batching:
+            a = statistics.median(async_times[mode])
+            bound = max(statistics.median(gen_times[mode]), statistics.median(env_times))
+            cells = [f"{latency_ms:.0f} ms", mode, f"{n / a:.1f}", f"{n / lk:.1f}"]
+            print("| " + " | ".join([*cells, f"{lk / a:.2f}x", f"{a / bound:.2f}"]) + " |")
 
 
 if __name__ == "__main__":

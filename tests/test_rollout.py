@@ -421,3 +421,28 @@ def test_encoded_frames_are_bounded():
         encode_frame("x" * (MAX_BYTES + 1))
         == f"(frame of {MAX_BYTES + 1} bytes left out: over {MAX_BYTES})"
     )
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+def test_continuous_batching_gives_the_same_tokens_as_static(tiny_model, constrained):
+    """Requests join and leave the running batch; every episode's tokens stay the same."""
+    settings = RolloutSettings(max_turns=4, seed=11, constrained=constrained, max_new_tokens=10)
+
+    def env():
+        return ColourEnv(never_done=True, slow_tasks=(1, 4), delay=0.03)
+
+    static = _engine(tiny_model, env).run(_episodes(8, 2), settings)
+    engine = _engine(tiny_model, env, batching="continuous")
+    continuous = engine.run(_episodes(8, 2), settings)
+    assert [t.token_ids for t in continuous] == [t.token_ids for t in static]
+    for a, b in zip(continuous, static, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert a.constraints == b.constraints
+    decoder = engine.policy._decoder
+    assert decoder.joined > 0  # some requests joined rows that were mid-generation
+    assert engine.policy.cache.reused_tokens > engine.policy.cache.computed_tokens
+    assert len(engine.policy.cache) == 0  # every finished episode released its KV state
+    assert engine.policy.model.training is tiny_model[0].training  # mode restored when idle
+    again = engine.run(_episodes(8, 2), settings)  # the worker serves a second run as well
+    assert [t.token_ids for t in again] == [t.token_ids for t in static]
+    engine.close()

@@ -13,15 +13,17 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import random
+import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.constraints import ActionConstraint, apply_allowed_mask
+from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.prefix_cache import PrefixCache
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
@@ -38,6 +40,11 @@ class HFPolicyConfig(BaseModel):
         True, description="Keep each episode's keys and values between turns; run only new tokens."
     )
     max_sessions: int = Field(4096, gt=0, description="Most episodes whose KV state is kept.")
+    batching: Literal["static", "continuous"] = Field(
+        "static",
+        description="static: a batch runs until its longest request is done; continuous: "
+        "requests join the running batch at the next decode step and leave when done.",
+    )
 
 
 @dataclass
@@ -51,6 +58,10 @@ class _Request:
     logprobs: list[float] = field(default_factory=list)
     allowed: list[tuple[int, ...] | None] = field(default_factory=list)
     done: bool = False
+    loop: asyncio.AbstractEventLoop | None = None
+    generator: torch.Generator | None = None
+    fed: int = 0
+    """Sampled tokens fed back to the model so far (continuous batching)."""
 
 
 class HFPolicy:
@@ -69,7 +80,8 @@ class HFPolicy:
         self._action_cache: dict[str, tuple[int, ...]] = {}
         self.cache = PrefixCache(config.max_sessions)
         self.batch_sizes: list[int] = []
-        """Size of every batch generated, for throughput reports."""
+        """Size of every batch generated (continuous: of every forward pass)."""
+        self._decoder: ContinuousDecoder | None = None
 
     # -- public protocol -------------------------------------------------------
 
@@ -83,7 +95,8 @@ class HFPolicy:
     ) -> Generation:
         """Queue one request and wait for its batch to finish."""
         loop = asyncio.get_running_loop()
-        self._ensure_server(loop)
+        if self.config.batching == "static":
+            self._ensure_server(loop)
         constraint = None
         if allowed_actions is not None:
             actions = list(dict.fromkeys(allowed_actions))
@@ -91,8 +104,12 @@ class HFPolicy:
             longest = max(len(seq) for seq in constraint.sequences)
             params = dataclasses.replace(params, max_new_tokens=max(params.max_new_tokens, longest))
         request = _Request(list(prompt_ids), params, constraint, loop.create_future(), session)
-        assert self._queue is not None
-        self._queue.put_nowait(request)
+        request.loop = loop
+        if self.config.batching == "continuous":
+            self._continuous().submit(request)
+        else:
+            assert self._queue is not None
+            self._queue.put_nowait(request)
         return await request.future
 
     def sync_weights(self, model: Any) -> None:
@@ -110,6 +127,9 @@ class HFPolicy:
         if self._server is not None and not self._server.done():
             self._server.cancel()
         self._server = None
+        if self._decoder is not None:
+            self._decoder.stop()
+            self._decoder = None
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- batching ----------------------------------------------------------------
@@ -118,6 +138,14 @@ class HFPolicy:
         if action not in self._action_cache:
             self._action_cache[action] = tuple(self.chat.action_ids(action))
         return self._action_cache[action]
+
+    def _continuous(self) -> ContinuousDecoder:
+        """The continuous-batching worker, started on its own thread at first use."""
+        if self._decoder is None:
+            self._decoder = ContinuousDecoder(self)
+            # a daemon thread: a policy nobody closed must not keep the interpreter alive
+            threading.Thread(target=self._decoder.run, name="hf-continuous", daemon=True).start()
+        return self._decoder
 
     def _ensure_server(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._server is not None and not self._server.done() and self._server.get_loop() is loop:

@@ -127,13 +127,26 @@ class PrefixCache:
         attention_mask: torch.Tensor,
     ) -> None:
         """Keep row `row` of a batch cache: the columns its mask marks, which hold `token_ids`."""
-        columns = attention_mask[row, : cache.layers[0].keys.shape[2]].nonzero().squeeze(1)
+        self.store_row(
+            session,
+            token_ids,
+            [(layer.keys[row], layer.values[row]) for layer in cache.layers],
+            attention_mask[row],
+        )
+
+    def store_row(
+        self,
+        session: Hashable,
+        token_ids: list[int],
+        layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        attention_row: torch.Tensor,
+    ) -> None:
+        """Keep one row's (keys, values), [heads, width, dim]: the columns its mask marks."""
+        width = layers[0][0].shape[1]
+        columns = attention_row[:width].nonzero().squeeze(1)
         if len(columns) != len(token_ids):
             return  # layout not understood: recompute next turn rather than risk a wrong cache
-        layers = [
-            (layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
-            for layer in cache.layers
-        ]
+        layers = [(k.index_select(1, columns), v.index_select(1, columns)) for k, v in layers]
         with self._lock:
             self._entries[session] = Entry(list(token_ids), layers)
             self._entries.move_to_end(session)

@@ -1,0 +1,272 @@
+"""Token-level continuous batching for the `hf` policy (`batching: continuous`).
+
+With static batching a batch runs until its longest request finishes, and a
+request that arrives meanwhile waits for the whole batch. Here one worker
+thread keeps a running batch: before every decode step it admits the waiting
+requests (prefilling only their uncached tails, as `PrefixCache` does), and
+after every step the finished requests leave it and are answered at once, so
+their episodes step their environments while the others still decode.
+
+Rows of the running batch have caches of different lengths, laid out as in
+`prefix_cache`: left-padded columns masked out, explicit position ids. Rows
+that join are left-padded to the batch's width (or the batch to theirs);
+columns no live row uses are cut off after rows leave. Sampling is the static
+path's (per-request Gumbel-max seeds), so the tokens do not depend on which
+requests shared a step.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import DynamicCache
+
+if TYPE_CHECKING:
+    from agentgym_core.policies.hf import HFPolicy, _Request
+
+STOP = None
+"""Put on the request queue to end the worker."""
+
+
+@dataclass
+class RunningBatch:
+    """The live rows: their requests, per-layer keys and values, mask and positions."""
+
+    requests: list[_Request]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]  # [rows, heads, width, dim] each
+    attention: torch.Tensor  # [rows, width], 1 where a column holds a real token
+    position: torch.Tensor  # [rows, 1], the position of each row's last fed token
+    pending: torch.Tensor  # [rows], each row's last sampled token, fed next step
+
+    @property
+    def width(self) -> int:
+        """Columns of the cache (cached, fed and padding)."""
+        return int(self.attention.shape[1])
+
+    def join(self, other: RunningBatch) -> RunningBatch:
+        """Both batches' rows in one, the narrower left-padded to the wider's width."""
+        if not self.requests:
+            return other
+        width = max(self.width, other.width)
+        mine, theirs = _pad_layers(self.layers, width), _pad_layers(other.layers, width)
+        return RunningBatch(
+            self.requests + other.requests,
+            [
+                (torch.cat([k1, k2]), torch.cat([v1, v2]))
+                for (k1, v1), (k2, v2) in zip(mine, theirs, strict=True)
+            ],
+            torch.cat([_pad_columns(self.attention, width), _pad_columns(other.attention, width)]),
+            torch.cat([self.position, other.position]),
+            torch.cat([self.pending, other.pending]),
+        )
+
+    def keep(self, rows: list[int]) -> RunningBatch:
+        """Only `rows`, without the leading columns none of them uses."""
+        index = torch.tensor(rows, dtype=torch.long)
+        attention = self.attention.index_select(0, index)
+        used = attention.any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else attention.shape[1]
+        return RunningBatch(
+            [self.requests[row] for row in rows],
+            [
+                (k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:])
+                for k, v in self.layers
+            ],
+            attention[:, start:],
+            self.position.index_select(0, index),
+            self.pending.index_select(0, index),
+        )
+
+
+def _pad_columns(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing == 0:
+        return tensor
+    return torch.cat([tensor.new_zeros((tensor.shape[0], missing)), tensor], dim=1)
+
+
+def _pad_layers(
+    layers: list[tuple[torch.Tensor, torch.Tensor]], width: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    out = []
+    for keys, values in layers:
+        missing = width - keys.shape[2]
+        if missing:
+            shape = (keys.shape[0], keys.shape[1], missing, keys.shape[3])
+            keys = torch.cat([keys.new_zeros(shape), keys], dim=2)
+            values = torch.cat([values.new_zeros(shape), values], dim=2)
+        out.append((keys, values))
+    return out
+
+
+def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _answer(request: _Request, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve a request's future on its event loop (this runs on the worker thread)."""
+
+    def resolve() -> None:
+        if request.future.done():
+            return
+        if error is not None:
+            request.future.set_exception(error)
+        else:
+            request.future.set_result(result)
+
+    request.loop.call_soon_threadsafe(resolve)
+
+
+class ContinuousDecoder:
+    """The worker of one `HFPolicy`: admits, decodes one token for all, releases."""
+
+    def __init__(self, policy: HFPolicy) -> None:
+        self.policy = policy
+        self.requests: queue.Queue[_Request | None] = queue.Queue()
+        self.batch: RunningBatch | None = None
+        self._was_training = False
+        self._serving = False
+        self.joined = 0
+        """Requests admitted while other rows were decoding (the point of this mode)."""
+
+    def submit(self, request: _Request) -> None:
+        """Queue a request (from the event loop)."""
+        self.requests.put(request)
+
+    def stop(self) -> None:
+        """End `run` after its current step."""
+        self.requests.put(STOP)
+
+    @torch.no_grad()
+    def run(self) -> None:
+        """Serve until `stop()`: the body of the policy's generation thread."""
+        while True:
+            arrived = self._arrivals()
+            if arrived is STOP:
+                return
+            try:
+                if arrived:
+                    self._admit(arrived)
+                self._release_finished()
+                if self.batch is not None:
+                    self._decode_step()
+                    self._release_finished()
+            except Exception as error:  # noqa: BLE001 - forwarded to every waiting episode
+                for request in (self.batch.requests if self.batch else []) + arrived:
+                    _answer(request, error=error)
+                self._end_batch()
+
+    def _end_batch(self) -> None:
+        """No row is live: the model goes back to the mode the learner left it in."""
+        if self.batch is not None or self._serving:
+            self.policy.model.train(self._was_training)
+        self.batch, self._serving = None, False
+
+    def _arrivals(self) -> list[_Request] | None:  # None: STOP
+        """The waiting requests that fit (blocking only while nothing is running)."""
+        room = self.policy.config.max_batch_size - (len(self.batch.requests) if self.batch else 0)
+        arrived: list[_Request] = []
+        if self.batch is None:
+            first = self.requests.get()
+            if first is STOP:
+                return STOP
+            arrived.append(first)
+        while len(arrived) < room:
+            try:
+                request = self.requests.get_nowait()
+            except queue.Empty:
+                break
+            if request is STOP:
+                self.requests.put(STOP)  # served after the running rows finish
+                break
+            arrived.append(request)
+        return arrived
+
+    def _admit(self, arrived: list[_Request]) -> None:
+        """Prefill the new requests and sample their first tokens; they join the batch."""
+        policy = self.policy
+        if not self._serving:
+            self._was_training, self._serving = policy.model.training, True
+            policy.model.eval()
+        device = next(policy.model.parameters()).device
+        use_cache = policy.config.prefix_cache
+        entries = [policy.cache.lookup(r.session, r.prompt) if use_cache else None for r in arrived]
+        pre = policy.cache.prefill([r.prompt for r in arrived], entries, policy.pad_id)
+        out = policy.model(
+            input_ids=pre.input_ids.to(device),
+            attention_mask=pre.attention_mask.to(device),
+            position_ids=pre.position_ids.to(device),
+            past_key_values=pre.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        for request in arrived:
+            request.generator = policy._generator(request.params)
+        policy.batch_sizes.append(len(arrived))
+        next_ids, _ = policy._sample(
+            arrived, out.logits[:, -1, :].float(), [r.generator for r in arrived]
+        )
+        joined = RunningBatch(
+            list(arrived),
+            _layers(out.past_key_values),
+            pre.attention_mask.to(device),
+            pre.position_ids[:, -1:].to(device),
+            next_ids.to(device),
+        )
+        if self.batch is not None:
+            self.joined += len(arrived)
+        self.batch = joined if self.batch is None else self.batch.join(joined)
+
+    def _decode_step(self) -> None:
+        """Feed every live row's pending token; sample the next."""
+        policy, batch = self.policy, self.batch
+        assert batch is not None
+        ones = batch.attention.new_ones((len(batch.requests), 1))
+        attention = torch.cat([batch.attention, ones], dim=1)
+        position = batch.position + 1
+        out = policy.model(
+            input_ids=batch.pending.unsqueeze(1),
+            attention_mask=attention,
+            position_ids=position,
+            past_key_values=DynamicCache(ddp_cache_data=batch.layers),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        policy.batch_sizes.append(len(batch.requests))
+        requests = batch.requests
+        for request in requests:
+            request.fed += 1
+        generators = [r.generator for r in requests]
+        next_ids, _ = policy._sample(requests, out.logits[:, -1, :].float(), generators)
+        pending = next_ids.to(attention.device)
+        self.batch = RunningBatch(
+            requests, _layers(out.past_key_values), attention, position, pending
+        )
+
+    def _release_finished(self) -> None:
+        """Answer the finished rows, keep their KV state for the episode's next turn."""
+        batch = self.batch
+        if batch is None:
+            return
+        live = [row for row, request in enumerate(batch.requests) if not request.done]
+        if len(live) == len(batch.requests):
+            return
+        for row, request in enumerate(batch.requests):
+            if not request.done:
+                continue
+            if self.policy.config.prefix_cache and request.session is not None:
+                tokens = request.prompt + request.tokens[: request.fed]
+                self.policy.cache.store_row(
+                    request.session,
+                    tokens,
+                    [(k[row], v[row]) for k, v in batch.layers],
+                    batch.attention[row],
+                )
+            _answer(request, self.policy._result(request))
+        if live:
+            self.batch = batch.keep(live)
+        else:
+            self._end_batch()
