@@ -19,10 +19,12 @@ if [ ! -x "$VENV/bin/python" ]; then
     "${PIP[@]}" install -qq --upgrade pip
 fi
 "${PIP[@]}" install -qq "$TORCH"
-# core, the plugin, and what its tests and benchmarks use (BabyAI episodes, a GRPO update)
+# core, the plugin, and what its tests and benchmarks use (BabyAI episodes, a GRPO update,
+# a fixed horizon for the short training run)
 "${PIP[@]}" install -qq "$TORCH" -e '.[dev]' \
     -e plugins/envs/babyai \
     -e plugins/algorithms/grpo \
+    -e plugins/schedulers/fixed \
     -e 'plugins/policies/vllm[cpu]'
 "${PIP[@]}" uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" - <<'PY'

@@ -229,3 +229,67 @@ def test_env_errors_below_outage_fraction_are_left_out_not_waited_for(
     assert len(result.history) == 5 and sum(errors) > 0
     assert all(e % 4 == 0 and e < 8 for e in errors)  # whole groups, under half the batch
     assert "Waiting up to" not in capsys.readouterr().out
+
+
+# -- rollouts ahead of the learner (trainer.max_staleness) ---------------------------------
+
+
+class CrashAfterCheckpoint:
+    """Stops a run right after the checkpoint of update `at` is written, like a killed job."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    @hookimpl
+    def agentgym_on_checkpoint(self, step, path):
+        if step == self.at:
+            raise KeyboardInterrupt(f"killed after checkpoint {step}")
+
+
+def test_stale_rollouts_record_their_age_and_resume_exactly(tmp_path, babyai_model):
+    """max_staleness 1: every batch after the first is one update old; a run killed after a
+    checkpoint resumes with the rollout that was in flight, exactly as if never stopped."""
+    keys = ["rollout/success_rate", "rollout/generated_tokens", "train/loss"]
+    keys += ["train/importance_weight_mean", "train/importance_weight_max"]
+    host = PluginHost()
+    straight = _train(_config(tmp_path, babyai_model, "straight", max_staleness=1), host)
+    assert [h["rollout/staleness"] for h in straight.history] == [0.0, 1.0, 1.0, 1.0]
+    assert all(0 < h["train/importance_weight_mean"] <= 2.0 for h in straight.history)
+    assert straight.history[0]["train/importance_weight_max"] == pytest.approx(1.0, abs=1e-3)
+    assert max(h["train/importance_weight_max"] for h in straight.history[1:]) > 1.0 + 1e-3
+
+    interrupted = _config(tmp_path, babyai_model, "resumed", max_staleness=1)
+    host.pm.register(CrashAfterCheckpoint(2), name="crash")
+    with pytest.raises(KeyboardInterrupt):
+        _train(interrupted, host)
+    host.pm.unregister(name="crash")
+    state = torch.load(
+        tmp_path / "resumed" / "checkpoints" / "step-000002" / "trainer_state.pt",
+        weights_only=False,
+    )
+    assert [(a["step"], a["version"]) for a in state["extra"]["ahead"]] == [(2, 1)]
+    resumed = _train(interrupted, host)
+    assert resumed.resumed_from == 2
+    for step in (2, 3):
+        assert resumed.history[step]["rollout/staleness"] == 1.0
+        for key in keys:
+            assert resumed.history[step][key] == pytest.approx(
+                straight.history[step][key], abs=1e-6
+            ), (step, key)
+    a = AutoModelForCausalLM.from_pretrained(straight.checkpoint).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(resumed.checkpoint).state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_stale_rollouts_learn(tmp_path, babyai_model, untrained_success):
+    """GRPO with rollouts one update ahead: held-out success rises as the synchronous run's."""
+    from agentgym_core.run.pipeline import run_eval_stage
+
+    host = PluginHost()
+    _learning_config(tmp_path, babyai_model, host, {"name": "grpo"})
+    resolved = load_config(tmp_path / "learn.yaml", ["trainer.max_staleness=1"], host.registry)
+    trained = TrainStage(resolved, host).run(show_progress=False)
+    assert {h["rollout/staleness"] for h in trained.history[1:]} == {1.0}
+    after, _ = run_eval_stage(resolved, host, trained.checkpoint)
+    print("stale 1: success before", untrained_success, "after", after["success_rate"])
+    assert after["success_rate"] >= untrained_success + 0.15, (untrained_success, after)

@@ -166,6 +166,19 @@ class TrainerConfig(_Block):
     resume: bool = Field(
         True, description="Continue from the newest checkpoint in run.output_dir if any."
     )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Rollouts of the next updates play while the learner trains, on weights "
+        "at most this many updates old (decoupled PPO corrects for it); 0: rollout, then "
+        "update, in turn.",
+    )
+    importance_cap: float = Field(
+        2.0,
+        gt=0,
+        description="With max_staleness > 0: the behaviour importance weight "
+        "pi_proximal / pi_behaviour is truncated at this value.",
+    )
     outage_fraction: float = Field(
         0.5,
         gt=0,

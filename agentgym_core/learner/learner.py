@@ -39,6 +39,7 @@ from accelerate.utils import DistributedType
 from agentgym_core import distributed
 from agentgym_core.interfaces import Algorithm, CriticSpec, LossInputs
 from agentgym_core.learner.critic import Critic, ValueHead, hidden_size, last_hidden_state
+from agentgym_core.learner.decoupled import importance_weights
 from agentgym_core.learner.packing import MicroBatch, pack, unpack
 from agentgym_core.policies.constraints import allowed_mask
 from agentgym_core.types import Trajectory, TrajectoryBatch
@@ -62,6 +63,8 @@ class LearnerSettings:
     max_grad_norm: float | None = 1.0
     temperature: float = 1.0
     seed: int = 0
+    importance_cap: float | None = None
+    """Set with stale rollouts: decoupled PPO's truncated behaviour weight (`decoupled`)."""
 
 
 def token_logprobs(
@@ -325,9 +328,16 @@ class Learner:
         weight = 0.0
         slots = real = 0
         steps = 0
+        decoupled = {}
+        if self.settings.importance_cap is not None:
+            decoupled = self._decouple(trainable, self.settings.importance_cap)
         self._on_policy = self.settings.epochs == 1 and self.settings.mini_batches == 1
         self._drift, self._drift_tokens = 0.0, 0
-        drift = None if self._on_policy else self._recompute_old_logprobs(trainable)
+        drift = None
+        if decoupled:  # the "old" log-probabilities are the proximal ones already
+            drift = decoupled.pop("behaviour_logprob_diff")
+        elif not self._on_policy:
+            drift = self._recompute_old_logprobs(trainable)
         for _ in range(self.settings.epochs):
             for mini in self._mini_batches(trainable):
                 metrics, tokens, mb_slots, mb_real = self._optimizer_step(mini, critic_only)
@@ -341,6 +351,7 @@ class Learner:
             seen = distributed.sum_over_ranks({"diff": self._drift, "tokens": self._drift_tokens})
             drift = seen["diff"] / max(seen["tokens"], 1)
         result["sampler_logprob_diff"] = drift
+        result.update(decoupled)
         result["padding_fraction"] = 1.0 - real / max(slots, 1)
         result["optimizer_steps"] = float(steps)
         result["lr"] = self.scheduler.get_last_lr()[0]
@@ -495,6 +506,35 @@ class Learner:
             traj.logprobs = fresh
             diff, count = diff + traj_diff, count + traj_count
         return diff / max(count, 1)
+
+    @torch.no_grad()
+    def _decouple(self, trajectories: list[Trajectory], cap: float) -> dict[str, float]:
+        """Decoupled PPO for stale rollouts (see `decoupled`); returns the weights' statistics.
+
+        The "old" log-probabilities become the proximal ones (the learner's now) and each
+        token's advantage is scaled by its truncated behaviour weight.
+        """
+        model = self.unwrapped
+        model.eval()
+        results = distributed.gather(
+            [self._own_logprobs(model, t) for t in distributed.shard(trajectories)]
+        )
+        self.model.train()
+        raw_all: list[float] = []
+        diff, count = 0.0, 0
+        for traj, (proximal, traj_diff, traj_count) in zip(trajectories, results, strict=True):
+            weights, raw = importance_weights(proximal, traj.logprobs, traj.loss_mask, cap)
+            traj.advantages = [a * w for a, w in zip(traj.advantages, weights, strict=True)]
+            traj.logprobs = proximal
+            raw_all += raw
+            diff, count = diff + traj_diff, count + traj_count
+        tokens = max(len(raw_all), 1)
+        return {
+            "behaviour_logprob_diff": diff / max(count, 1),
+            "importance_weight_mean": sum(min(r, cap) for r in raw_all) / tokens,
+            "importance_weight_max": max(raw_all, default=1.0),
+            "importance_truncated_fraction": sum(r > cap for r in raw_all) / tokens,
+        }
 
     def _own_logprobs(self, model: Any, traj: Trajectory) -> tuple[list[float], float, int]:
         """The model's log-probabilities of `traj`, their summed |diff| to the sampler's, count."""

@@ -88,14 +88,17 @@ def save_learner_checkpoint(
     tokenizer: Any,
     history: list[dict[str, float]],
     keep: int | None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Checkpoint a learner after `step` updates, keeping the newest `keep`; returns the folder.
+
+    `extra` joins the state's `extra` (e.g. rollouts in flight, `run.ahead`).
 
     Call it on every rank: with several, it first checks that all ranks hold the
     same weights (their fingerprints go into the state as `extra["ranks"]`).
     """
     optimizer_state = learner.optimizer_state()  # gathered from its shards under FSDP
-    extra: dict[str, Any] = {"learner": learner.state()}
+    extra = {**(extra or {}), "learner": learner.state()}
     if distributed.world_size() > 1:
         extra["ranks"] = distributed.same_weights(learner.unwrapped, step=step)
     if distributed.is_main():

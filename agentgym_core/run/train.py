@@ -13,6 +13,7 @@ played it, so N ranks train as one process would on the same batch.
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from agentgym_core.rollout.engine import (
 )
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run import recovery
+from agentgym_core.run.ahead import RolloutsAhead
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -100,6 +102,17 @@ class TrainStage:
         self.start_model = Path(start_model or self.root.model.path)
         check_trainable(resolved)
         self.components: Components = build_components(resolved)
+        if self.root.trainer.max_staleness and distributed.world_size() > 1:
+            raise ConfigError(
+                [
+                    Problem(
+                        "trainer.max_staleness",
+                        "rollouts ahead of the learner need a single process "
+                        f"(this run has {distributed.world_size()}); set it to 0",
+                    )
+                ],
+                str(resolved.source) if resolved.source else None,
+            )
         needed = self.components.algorithm.needs.group_size
         if self.root.trainer.group_size < needed:
             raise ConfigError(
@@ -134,7 +147,10 @@ class TrainStage:
         if state:
             learner.load_optimizer_state(state["optimizer"])
             learner.load_state(state["extra"]["learner"])
-        policy = self.components.policy_factory(learner.unwrapped, tokenizer)
+        staleness = trainer.max_staleness
+        # stale rollouts play on their own copy of the weights while the learner trains its own
+        rollout_model = copy.deepcopy(learner.unwrapped) if staleness else learner.unwrapped
+        policy = self.components.policy_factory(rollout_model, tokenizer)
         engine = RolloutEngine(
             self.components.env_factory,
             policy,
@@ -151,12 +167,29 @@ class TrainStage:
             label=self.root.run.name,
         )
         checkpoint = resume or self.start_model
+        ahead = None
+        if staleness:
+            ahead = RolloutsAhead(
+                lambda step, seen: self._healthy_rollout(
+                    step, engine, train_tasks, seen, checkpoint, announce=False
+                ),
+                learner,
+                rollout_model,
+                policy.sync_weights,
+                staleness=staleness,
+                steps=trainer.steps,
+            )
+            ahead.restore(state["extra"].get("ahead", []) if state else [])
         try:
             for step in range(first_step, trainer.steps):
-                metrics, batch = self._healthy_rollout(
-                    step, engine, train_tasks, history, checkpoint
-                )
-                self._learn(metrics, batch, learner, policy)
+                if ahead is None:
+                    metrics, batch = self._healthy_rollout(
+                        step, engine, train_tasks, history, checkpoint
+                    )
+                else:
+                    metrics, batch = ahead.take(step, history)
+                    self.host.after_rollout(step, batch, metrics)
+                self._learn(metrics, batch, learner, policy if ahead is None else None)
                 history.append(metrics)
                 self.host.after_update(step, metrics)
                 progress.update(step + 1, metrics)
@@ -170,12 +203,19 @@ class TrainStage:
                         tokenizer=tokenizer,
                         history=history,
                         keep=trainer.keep_checkpoints,
+                        extra={"ahead": ahead.settle()} if ahead else None,
                     )
                     self.host.on_checkpoint(done, checkpoint)
                 if trainer.eval_every and done % trainer.eval_every == 0:
+                    if ahead is not None:  # evaluate the learner's weights, not a stale copy
+                        ahead.settle()
+                        rollout_model.load_state_dict(learner.unwrapped.state_dict())
+                        policy.sync_weights(rollout_model)
                     self._evaluate(done, engine, history)
         finally:
             progress.close()
+            if ahead is not None:
+                ahead.close()
             engine.close()
             policy.close()
         return TrainResult(Path(checkpoint), history, first_step)
@@ -196,6 +236,7 @@ class TrainStage:
             max_grad_norm=trainer.max_grad_norm,
             temperature=self.root.rollout.temperature,
             seed=self.root.run.seed,
+            importance_cap=trainer.importance_cap if trainer.max_staleness else None,
         )
 
     def _rollout(
@@ -227,8 +268,12 @@ class TrainStage:
         train_tasks: list[int],
         history: list,
         checkpoint: Any,
+        *,
+        announce: bool = True,
     ) -> tuple[dict[str, float], TrajectoryBatch]:
         """The update's rollout; during an env outage, wait for the env and play it again.
+
+        `announce`: call the `after_rollout` hook (the caller does, when False).
 
         An update whose episodes ended in env_error for `trainer.outage_fraction`
         of them or more is not trained on: the env is probed until it answers
@@ -240,7 +285,8 @@ class TrainStage:
             metrics, batch = self._rollout(step, engine, train_tasks, history)
             failed = recovery.env_errors(batch.trajectories)
             if not recovery.is_outage(len(failed), len(batch), self.root.trainer.outage_fraction):
-                self.host.after_rollout(step, batch, metrics)
+                if announce:
+                    self.host.after_rollout(step, batch, metrics)
                 return metrics, batch
             recovery_s = self.root.rollout.env_recovery_s
             deadline = deadline or time.monotonic() + recovery_s
@@ -265,14 +311,22 @@ class TrainStage:
             print(f"agentgym: {text}", flush=True)
 
     def _learn(
-        self, metrics: dict[str, float], batch: TrajectoryBatch, learner: Learner, policy: Any
+        self,
+        metrics: dict[str, float],
+        batch: TrajectoryBatch,
+        learner: Learner,
+        policy: Any | None,
     ) -> None:
-        """Advantages, the update, the policy's new weights; adds the learner's metrics."""
+        """Advantages, the update, the policy's new weights; adds the learner's metrics.
+
+        `policy` None: rollouts run ahead and take their weights themselves.
+        """
         start = time.perf_counter()
         learner.score(batch.trainable)  # reference log-probs and critic values, where needed
         self.components.algorithm.advantages(batch)
         metrics.update({f"train/{k}": v for k, v in learner.update(batch).items()})
-        policy.sync_weights(learner.unwrapped)
+        if policy is not None:
+            policy.sync_weights(learner.unwrapped)
         metrics["step_seconds"] += time.perf_counter() - start
 
     def _evaluate(

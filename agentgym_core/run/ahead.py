@@ -1,0 +1,110 @@
+"""Rollouts that run ahead of the learner by at most `trainer.max_staleness` updates.
+
+With `max_staleness: k`, when the learner starts update t the rollouts of
+updates t+1 .. t+k are already playing on their own thread, on the weights the
+learner had when each was started (a copy: the learner keeps training its own).
+So rollout and learning overlap, and a batch is trained on at most k updates
+after the weights that sampled it; `rollout/staleness` records how many. The
+learner corrects for it with decoupled PPO (`agentgym_core.learner.decoupled`).
+
+A rollout's tasks, horizon and sampling seeds depend on its update number
+only, as in the synchronous loop. A checkpoint waits for the rollouts in
+flight and keeps them (`extra["ahead"]` of its state), so a resumed run
+trains on exactly the batches the uninterrupted run would have.
+
+On GPUs the same split gives generation its own device: the policy holds its
+own copy of the weights (vLLM on a second GPU, say) and receives them at the
+start of each rollout. One process only: rollouts gathered across ranks would
+run collectives on two threads at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym_core.types import Trajectory, TrajectoryBatch
+
+Play = Callable[[int, list[dict[str, float]]], tuple[dict[str, float], TrajectoryBatch]]
+"""Plays update `step`'s rollout given the history so far: (metrics, batch)."""
+
+
+@dataclass
+class _InFlight:
+    future: concurrent.futures.Future
+    version: int
+    """Updates the learner had done when this rollout's weights were taken."""
+
+
+class RolloutsAhead:
+    """Keeps the rollouts of the next `staleness` updates playing while the learner trains.
+
+    Args:
+        play: plays one update's rollout (on the rollout thread).
+        learner: the learner whose weights each rollout starts from.
+        rollout_model: the policy's own copy of the model, loaded before each rollout.
+        sync: tells the policy its model changed (`policy.sync_weights`).
+        staleness: `trainer.max_staleness` (at least 1).
+        steps: `trainer.steps` (no rollout is started past the last update).
+    """
+
+    def __init__(
+        self,
+        play: Play,
+        learner: Any,
+        rollout_model: Any,
+        sync: Callable[[Any], None],
+        *,
+        staleness: int,
+        steps: int,
+    ) -> None:
+        self.play, self.learner, self.rollout_model, self.sync = play, learner, rollout_model, sync
+        self.staleness, self.steps = staleness, steps
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
+        self.in_flight: dict[int, _InFlight] = {}
+
+    def take(self, step: int, history: list[dict[str, float]]) -> tuple[dict, TrajectoryBatch]:
+        """Update `step`'s rollout; first starts those of the next updates on today's weights."""
+        for ahead in range(step, min(step + self.staleness, self.steps - 1) + 1):
+            if ahead not in self.in_flight:
+                self._start(ahead, history, version=step)
+        flight = self.in_flight.pop(step)
+        metrics, batch = flight.future.result()
+        metrics["rollout/staleness"] = float(step - flight.version)
+        return metrics, batch
+
+    def _start(self, step: int, history: list[dict[str, float]], *, version: int) -> None:
+        weights = {k: v.detach().clone() for k, v in self.learner.unwrapped.state_dict().items()}
+        seen = list(history)  # a horizon scheduler sees the updates finished by now
+
+        def job() -> tuple[dict, TrajectoryBatch]:
+            self.rollout_model.load_state_dict(weights)
+            self.sync(self.rollout_model)
+            return self.play(step, seen)
+
+        self.in_flight[step] = _InFlight(self.pool.submit(job), version)
+
+    def settle(self) -> list[dict[str, Any]]:
+        """Wait for every rollout in flight; them as checkpoint data (see `restore`)."""
+        out = []
+        for step, flight in sorted(self.in_flight.items()):
+            metrics, batch = flight.future.result()
+            trajectories = [t.to_dict() for t in batch.trajectories]
+            out.append(
+                {"step": step, "version": flight.version, "metrics": metrics, "batch": trajectories}
+            )
+        return out
+
+    def restore(self, saved: list[dict[str, Any]]) -> None:
+        """Put back the rollouts a checkpoint kept as in flight (finished)."""
+        for entry in saved:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            batch = TrajectoryBatch([Trajectory.from_dict(t) for t in entry["batch"]])
+            future.set_result((dict(entry["metrics"]), batch))
+            self.in_flight[int(entry["step"])] = _InFlight(future, int(entry["version"]))
+
+    def close(self) -> None:
+        """Wait for the rollout thread (a rollout in progress finishes first)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
