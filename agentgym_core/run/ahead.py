@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 Play = Callable[[int, list[dict[str, float]]], tuple[dict[str, float], TrajectoryBatch]]
@@ -64,6 +66,11 @@ class RolloutsAhead:
         self.staleness, self.steps = staleness, steps
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
         self.in_flight: dict[int, _InFlight] = {}
+        # the CPU's intra-op threads, split: torch's thread count is per calling thread, and two
+        # threads each using every core would only take turns
+        self.learner_threads = torch.get_num_threads()
+        self.rollout_threads = max(1, self.learner_threads // 2)
+        torch.set_num_threads(max(1, self.learner_threads - self.rollout_threads))
 
     def take(self, step: int, history: list[dict[str, float]]) -> tuple[dict, TrajectoryBatch]:
         """Update `step`'s rollout; first starts those of the next updates on today's weights."""
@@ -80,6 +87,7 @@ class RolloutsAhead:
         seen = list(history)  # a horizon scheduler sees the updates finished by now
 
         def job() -> tuple[dict, TrajectoryBatch]:
+            torch.set_num_threads(self.rollout_threads)
             self.rollout_model.load_state_dict(weights)
             self.sync(self.rollout_model)
             return self.play(step, seen)
@@ -106,5 +114,6 @@ class RolloutsAhead:
             self.in_flight[int(entry["step"])] = _InFlight(future, int(entry["version"]))
 
     def close(self) -> None:
-        """Wait for the rollout thread (a rollout in progress finishes first)."""
+        """Wait for the rollout thread (a rollout in progress finishes first); threads back."""
         self.pool.shutdown(wait=True, cancel_futures=True)
+        torch.set_num_threads(self.learner_threads)
