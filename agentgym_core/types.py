@@ -65,6 +65,10 @@ class Turn:
     reward: float
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    allowed: list[str] | None = None
+    """The actions decoding was constrained to at this turn (None: free text)."""
+    logprob: float | None = None
+    """Log-probability of the whole action under the sampler (None: a text-level policy)."""
 
 
 @dataclass

@@ -446,3 +446,18 @@ def test_continuous_batching_gives_the_same_tokens_as_static(tiny_model, constra
     again = engine.run(_episodes(8, 2), settings)  # the worker serves a second run as well
     assert [t.token_ids for t in again] == [t.token_ids for t in static]
     engine.close()
+
+
+def test_turns_record_the_allowed_actions_and_the_chosen_ones_logprob(tiny_model):
+    """What the viewer shows per turn: the constraint and the action's sampling probability."""
+    engine = _engine(tiny_model, lambda: ColourEnv(never_done=True))
+    for trajectory in engine.run(_episodes(3, 2), RolloutSettings(max_turns=3, seed=4)):
+        assert len(trajectory.turns) == 3
+        for turn in trajectory.turns:
+            assert turn.allowed and turn.action in turn.allowed and turn.logprob < 0
+        assert sum(t.logprob for t in trajectory.turns) == pytest.approx(
+            sum(trajectory.logprobs), abs=1e-5
+        )
+    free = engine.run(_episodes(1, 1), RolloutSettings(max_turns=1, constrained=False))
+    assert free[0].turns[0].allowed is None and free[0].turns[0].logprob is not None
+    engine.close()

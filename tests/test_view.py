@@ -152,6 +152,14 @@ def test_browse_a_run_in_chromium(viewer, browser, tmp_path):
     assert outcomes and set(outcomes) == {"no"}
     browser.find_element("css selector", "table.episodes td a").click()
     shot(browser, tmp_path / "episode.png", "turn 1 of", "action:", "start (after reset)")
+    probability = browser.find_element("css selector", ".stepper .prob").text
+    chosen = browser.find_element("css selector", ".stepper .action strong").text
+    shown = re.fullmatch(r"· probability ([0-9.]+) of (\d+) allowed actions", probability)
+    assert shown and 0 < float(shown[1]) <= 1, probability
+    browser.find_element("css selector", ".stepper details.allowed summary").click()
+    allowed = [li.text for li in browser.find_elements("css selector", "details.allowed li")]
+    assert len(allowed) == int(shown[2]) and chosen in allowed
+    assert browser.find_element("css selector", "details.allowed li.chosen").text == chosen
     frame = browser.find_element("css selector", ".stepper img.frame")
     assert browser.execute_script("return arguments[0].naturalWidth", frame) == 128  # 8x8 tiles
     assert len(_colours(frame.get_attribute("src"))) > 3  # minigrid's grid, walls, agent, object

@@ -324,6 +324,8 @@ class RolloutEngine:
                     float(result.reward),
                     result.done,
                     dict(result.info),
+                    allowed=list(allowed) if allowed is not None else None,
+                    logprob=float(sum(generation.logprobs)),
                 )
             )
             traj.reward += float(result.reward)

@@ -143,7 +143,12 @@ class TextRolloutEngine(RolloutEngine):
             result = contract.step(env, await self._env_call(settings, env.step, action))
             traj.turns.append(
                 Turn(
-                    action, result.observation, float(result.reward), result.done, dict(result.info)
+                    action,
+                    result.observation,
+                    float(result.reward),
+                    result.done,
+                    dict(result.info),
+                    allowed=list(allowed) if allowed is not None else None,
                 )
             )
             traj.reward += float(result.reward)

@@ -11,6 +11,7 @@ shortcuts. Nothing is loaded from outside the machine.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,6 +41,7 @@ def _templates() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["num"] = lambda v: "" if v is None else f"{v:.3g}"
+    env.filters["exp"] = math.exp
     return env
 
 
