@@ -101,11 +101,15 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
 def anchor_states(trajectory: Trajectory) -> list[Hashable]:
     """A key for the state before each turn: equal keys are the same state.
 
-    Turn k > 0 acts on the observation turn k - 1 returned. The reset observation
-    is not kept as text on a Trajectory, so turn 0 is keyed by the prompt's token
-    ids, which hold it (identical for every sample of one task).
+    Turn k > 0 acts on the observation turn k - 1 returned, turn 0 on the reset's
+    (`first_observation`), so coming back to the starting view later is the same
+    state. Trajectories saved without it key turn 0 by the prompt's token ids,
+    which hold it (identical for every sample of one task).
     """
-    first = ("reset", tuple(trajectory.token_ids[: trajectory.prompt_length]))
+    if trajectory.first_observation:
+        first: Hashable = ("observation", trajectory.first_observation)
+    else:
+        first = ("reset", tuple(trajectory.token_ids[: trajectory.prompt_length]))
     return [first, *(("observation", turn.observation) for turn in trajectory.turns[:-1])]
 
 

@@ -75,6 +75,29 @@ def test_anchor_state_is_the_observation_before_each_action():
     assert anchor_states(t2) == [reset, ("observation", "B"), ("observation", "A")]
 
 
+def test_the_reset_view_met_again_later_is_the_same_state():
+    """With the reset observation kept, `turn left, turn right` back to the start matches it."""
+    there_and_back = _traj(0, [("S1", 0.0), ("S0", 0.0), ("G", 1.0)])
+    straight = _traj(0, [("G", 1.0)])
+    for t in (there_and_back, straight):
+        t.first_observation = "S0"
+    assert anchor_states(there_and_back) == [
+        ("observation", "S0"),
+        ("observation", "S1"),
+        ("observation", "S0"),
+    ]
+    assert anchor_states(straight) == [("observation", "S0")]
+    # S0 is met 3 times: returns (gamma 0.5) 0.25 at turn 0, 1 at turn 2, 1 for `straight`
+    config = GiGPOConfig(omega=1.0, gamma=0.5, scale_by_std=False)
+    per_turn = _per_turn(config, [there_and_back, straight])
+    episode = [0.0, 0.0]  # both succeed: the episode advantage is 0
+    mean = (0.25 + 1.0 + 1.0) / 3
+    assert per_turn[0][0] == pytest.approx(episode[0] + 0.25 - mean)
+    assert per_turn[0][2] == pytest.approx(episode[0] + 1.0 - mean)
+    assert per_turn[1][0] == pytest.approx(episode[1] + 1.0 - mean)
+    assert per_turn[0][1] == 0.0  # S1 met once: no sibling to compare with
+
+
 def test_step_advantages_by_hand():
     # gamma 0.5: returns T1 [0.5, 1], T2 [0.25, 0.5, 1], T3 [0, 0, 0]
     # S0 {0.5, 0.25, 0}: mean 0.25, sample std 0.25 -> +1, 0, -1
