@@ -5,9 +5,15 @@ single-turn task (one BabyAI action, rewarded by the env: GoToObj and
 GoToLocal), same batch (`--tasks` prompts x `--group` samples per update),
 same completion budget, temperature, learning rate, one optimizer step per
 update, no KL term, the same number of updates. Free-text generation on both
-sides (TRL has no action constraint). Each trainer runs in its own child
-process, alternating, so its peak RSS is its own; the first update of each run
-is left out of the time (allocator and first-call costs). TRL is not a
+sides (TRL has no action constraint). The same prompts too: TRL's dataset is
+the tasks agentgym samples for each update, in order (`shuffle_dataset: false`),
+and the mean prompt and completion tokens of both are printed. TRL runs twice:
+at its fastest on a CPU (fp32, no gradient checkpointing) and with its own
+defaults for those two (bf16, gradient checkpointing). Each trainer runs in its
+own child process, the three alternating, so its peak RSS is its own; the first
+update of each run is left out of the time (allocator and first-call costs).
+Phases per update: generation, env/reward and the rest (the learner; for
+agentgym, generation and env steps overlap in one rollout phase). TRL is not a
 dependency of agentgym: `pip install trl==1.16.0` first (it adds `datasets`,
 and leaves torch and transformers as they are).
 
@@ -25,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from agentgym_core import hookimpl
 
 LEVELS = ["GoToObj", "GoToLocal"]
 COMMON = {"lr": 1e-5, "max_new_tokens": 16, "temperature": 1.0, "seed": 0}
@@ -83,14 +91,51 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     path.write_text("# benchmarks/trl_grpo.py\n" + yaml.safe_dump(raw))
     host = PluginHost()
+    tokens = TokenCounter()
+    host.pm.register(tokens)
     stage = TrainStage(load_config(str(path), [], host.registry), host)
     baseline = rss_mib()
     result = stage.run(show_progress=False)
+    history = result.history
     return {
-        "seconds": [h["step_seconds"] for h in result.history],
+        "seconds": [h["step_seconds"] for h in history],
+        "phases": {
+            "rollout (generation + env)": [h["rollout/seconds"] for h in history],
+            "learner": [h["step_seconds"] - h["rollout/seconds"] for h in history],
+        },
+        "prompt_tokens": tokens.prompt,
+        "completion_tokens": tokens.completion,
         "baseline_mib": baseline,
         "peak_mib": peak_rss_mib(),
     }
+
+
+class TokenCounter:
+    """Prompt and completion lengths of every episode agentgym plays (a hook plugin)."""
+
+    def __init__(self) -> None:
+        self.prompt: list[int] = []
+        self.completion: list[int] = []
+
+    @hookimpl
+    def agentgym_after_rollout(self, step, batch, metrics):  # noqa: D102
+        for trajectory in batch.trajectories:
+            self.prompt.append(trajectory.prompt_length)
+            self.completion.append(trajectory.num_sampled_tokens)
+
+
+def planned_tasks(args: argparse.Namespace) -> list[int]:
+    """The tasks agentgym's trainer plays, update after update (its seeded sampling)."""
+    from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
+
+    from agentgym_core.run.train import sample_tasks, step_seed
+
+    train = list(BabyAIEnv(BabyAIConfig(levels=LEVELS)).tasks("train"))
+    return [
+        task
+        for step in range(args.updates)
+        for task in sample_tasks(train, args.tasks, step_seed(COMMON["seed"], step))
+    ]
 
 
 def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
@@ -103,9 +148,9 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
     from agentgym_core.rollout.text import opening_messages
 
     env = BabyAIEnv(BabyAIConfig(levels=LEVELS))
-    tasks = list(env.tasks("train"))[: args.tasks * args.updates]
     rows = [
-        {"prompt": opening_messages(env.instruction(), env.reset(t)), "task_id": t} for t in tasks
+        {"prompt": opening_messages(env.instruction(), env.reset(t)), "task_id": t}
+        for t in planned_tasks(args)
     ]
 
     def env_reward(completions, task_id, **_):
@@ -116,13 +161,20 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
         return rewards
 
     times: list[float] = []
+    spent = {"generation": 0.0, "env/reward": 0.0}
+    phases: dict[str, list[float]] = {"generation": [], "env/reward": [], "learner": []}
+    lengths: dict[str, list[int]] = {"prompt": [], "completion": []}
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **k):
+            spent.update({"generation": 0.0, "env/reward": 0.0})
             self.start = time.perf_counter()
 
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.start)
+            phases["generation"].append(spent["generation"])
+            phases["env/reward"].append(spent["env/reward"])
+            phases["learner"].append(times[-1] - spent["generation"] - spent["env/reward"])
 
     config = GRPOConfig(
         output_dir=str(out),
@@ -137,12 +189,16 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
         learning_rate=COMMON["lr"],
         max_steps=args.updates,
         seed=COMMON["seed"],
+        shuffle_dataset=False,
         use_cpu=True,
         report_to="none",
         save_strategy="no",
         logging_steps=10**6,
         disable_tqdm=True,
         dataloader_num_workers=0,
+        **(
+            {} if args.child == "trl-defaults" else {"bf16": False, "gradient_checkpointing": False}
+        ),
     )
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(model),
@@ -152,9 +208,41 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
         processing_class=AutoTokenizer.from_pretrained(model),
         callbacks=[StepTimer()],
     )
+    generate, rewards = trainer._generate, trainer._calculate_rewards
+
+    def timed_generate(prompts):
+        start = time.perf_counter()
+        out = generate(prompts)
+        spent["generation"] += time.perf_counter() - start
+        prompt_ids, completion_ids = out[0], out[1]
+        lengths["prompt"] += [len(ids) for ids in prompt_ids]
+        lengths["completion"] += [len(ids) for ids in completion_ids]
+        return out
+
+    def timed_rewards(*a, **k):
+        start = time.perf_counter()
+        out = rewards(*a, **k)
+        spent["env/reward"] += time.perf_counter() - start
+        return out
+
+    trainer._generate, trainer._calculate_rewards = timed_generate, timed_rewards
     baseline = rss_mib()
     trainer.train()
-    return {"seconds": times, "baseline_mib": baseline, "peak_mib": peak_rss_mib()}
+    return {
+        "seconds": times,
+        "phases": phases,
+        "prompt_tokens": lengths["prompt"],
+        "completion_tokens": lengths["completion"],
+        "baseline_mib": baseline,
+        "peak_mib": peak_rss_mib(),
+    }
+
+
+NAMES = {
+    "ours": "agentgym",
+    "trl": "TRL GRPOTrainer, fp32, no gradient checkpointing",
+    "trl-defaults": "TRL GRPOTrainer, its defaults (bf16, gradient checkpointing)",
+}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -181,7 +269,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(NAMES), help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -190,26 +278,41 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model"
         make_model(model)
-        runs: dict[str, list[dict]] = {"ours": [], "trl": []}
+        runs: dict[str, list[dict]] = {name: [] for name in NAMES}
         for _ in range(args.repeats):
-            for which in runs:
+            for which in runs:  # interleaved: each repeat runs every trainer once
                 runs[which].append(spawn(which, model, args))
 
     def median(values) -> float:
         return statistics.median(list(values))
 
+    def mean(values) -> float:
+        return statistics.mean(list(values))
+
     step = {k: median(s for r in v for s in r["seconds"][1:]) for k, v in runs.items()}
     peak = {k: median(r["peak_mib"] for r in v) for k, v in runs.items()}
     grow = {k: median(r["peak_mib"] - r["baseline_mib"] for r in v) for k, v in runs.items()}
     print(f"{args.tasks} tasks x {args.group} samples per update, {args.updates} updates\n")
-    print("| trainer | s / update (median) | peak RSS MiB | peak above start MiB |")
-    print("|---|---|---|---|")
-    for which, name in (("ours", "agentgym"), ("trl", "TRL GRPOTrainer")):
-        print(f"| {name} | {step[which]:.3f} | {peak[which]:.0f} | {grow[which]:.0f} |")
     print(
-        f"| agentgym / TRL | {step['ours'] / step['trl']:.2f}x | {peak['ours'] / peak['trl']:.2f}x "
-        f"| {grow['ours'] / grow['trl']:.2f}x |"
+        "| trainer | s / update (median) | agentgym / this | prompt tokens (mean) "
+        "| completion tokens (mean) | peak RSS MiB | peak above start MiB |"
     )
+    print("|---|---|---|---|---|---|---|")
+    for which, name in NAMES.items():
+        prompt = mean(n for r in runs[which] for n in r["prompt_tokens"])
+        completion = mean(n for r in runs[which] for n in r["completion_tokens"])
+        ratio = step["ours"] / step[which]
+        print(
+            f"| {name} | {step[which]:.3f} | {ratio:.2f}x | {prompt:.1f} | {completion:.1f} "
+            f"| {peak[which]:.0f} | {grow[which]:.0f} |"
+        )
+    print("\nPer update, median over updates after the first (seconds):\n")
+    print("| trainer | phase | s / update |")
+    print("|---|---|---|")
+    for which, name in NAMES.items():
+        for phase in runs[which][0]["phases"]:
+            value = median(s for r in runs[which] for s in r["phases"][phase][1:])
+            print(f"| {name} | {phase} | {value:.3f} |")
 
 
 if __name__ == "__main__":
