@@ -8,6 +8,9 @@ the ratio to staleness 0, and held-out success.
 
     .venv/bin/python benchmarks/staleness.py --steps 30                      # a quick look
     .venv/bin/python benchmarks/staleness.py --steps 150 --seeds 0 1 2 --eval # the issue's figure
+
+An arm is `max_staleness` or `max_staleness:worker` (`1:process` plays the rollouts in
+a child process, `trainer.rollout_worker: process`).
 """
 
 from __future__ import annotations
@@ -31,14 +34,15 @@ from examples.babyai_demo import build_model  # noqa: E402
 CONFIG = ROOT / "configs" / "babyai-demo.yaml"
 
 
-def train(model: Path, out: Path, seed: int, steps: int, staleness: int, host: PluginHost):
+def train(model: Path, out: Path, seed: int, steps: int, arm: str, host: PluginHost):
     """One training run; (resolved config, result, wall seconds)."""
     overrides = [
         f"model.path={model}",
         f"run.output_dir={out}",
         f"run.seed={seed}",
         f"trainer.steps={steps}",
-        f"trainer.max_staleness={staleness}",
+        f"trainer.max_staleness={arm.split(':')[0]}",
+        f"trainer.rollout_worker={arm.split(':')[1] if ':' in arm else 'thread'}",
         "trainer.checkpoint_every=0",
         "tracking.log_trajectories=0",
         "stages=null",
@@ -54,18 +58,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--arms", nargs="+", default=["0", "1", "1:process"])
     parser.add_argument("--eval", action="store_true", help="held-out success after training")
     args = parser.parse_args()
     host = PluginHost()
-    rows: dict[int, list[dict[str, float]]] = {k: [] for k in args.staleness}
+    rows: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arms}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             base = load_config(CONFIG, [f"run.seed={seed}"], host.registry)
             model = build_model(host, base, Path(tmp) / f"model-{seed}", {})
-            for staleness in args.staleness:
-                out = Path(tmp) / f"s{seed}-k{staleness}"
-                resolved, result, wall = train(model, out, seed, args.steps, staleness, host)
+            for arm in args.arms:
+                out = Path(tmp) / f"s{seed}-{arm.replace(':', '-')}"
+                resolved, result, wall = train(model, out, seed, args.steps, arm, host)
                 row = {
                     "wall": wall,
                     "rollout": sum(h["rollout/seconds"] for h in result.history),
@@ -77,19 +81,19 @@ def main() -> None:
                 if args.eval:
                     metrics, _ = run_eval_stage(resolved, host, result.checkpoint)
                     row["heldout"] = metrics["success_rate"]
-                rows[staleness].append(row)
-                print(f"seed {seed} staleness {staleness}: {row}", flush=True)
-    sync = statistics.mean(r["wall"] for r in rows[args.staleness[0]])
+                rows[arm].append(row)
+                print(f"seed {seed} arm {arm}: {row}", flush=True)
+    sync = statistics.mean(r["wall"] for r in rows[args.arms[0]])
     print(
-        "\n| max_staleness | train wall s (mean) | vs first | rollout s | learner s "
+        "\n| max_staleness[:worker] | train wall s (mean) | vs first | rollout s | learner s "
         "| train success, last 10 | held-out success |"
     )
     print("|---|---|---|---|---|---|---|")
-    for staleness, runs in rows.items():
+    for arm, runs in rows.items():
         wall = statistics.mean(r["wall"] for r in runs)
         held = [r["heldout"] for r in runs if "heldout" in r]
         cells = [
-            str(staleness),
+            arm,
             f"{wall:.0f}",
             f"{sync / wall:.2f}x",
             f"{statistics.mean(r['rollout'] for r in runs):.0f}",

@@ -281,6 +281,24 @@ def test_stale_rollouts_record_their_age_and_resume_exactly(tmp_path, babyai_mod
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_rollouts_in_a_process_give_the_thread_s_batches(tmp_path, babyai_model):
+    """trainer.rollout_worker: process plays in a child process exactly what a thread plays."""
+    host = PluginHost()
+    keys = ["rollout/success_rate", "rollout/generated_tokens", "rollout/staleness", "train/loss"]
+    thread = _train(_config(tmp_path, babyai_model, "thread", max_staleness=1, steps=3), host)
+    process = _train(
+        _config(tmp_path, babyai_model, "process", max_staleness=1, steps=3),
+        host,
+        "trainer.rollout_worker=process",
+    )
+    for a, b in zip(thread.history, process.history, strict=True):
+        for key in keys:
+            assert a[key] == pytest.approx(b[key], abs=1e-5), key
+    a = AutoModelForCausalLM.from_pretrained(thread.checkpoint).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(process.checkpoint).state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
 def test_stale_rollouts_learn(tmp_path, babyai_model, untrained_success):
     """GRPO with rollouts one update ahead: held-out success rises as the synchronous run's."""
     from agentgym_core.run.pipeline import run_eval_stage

@@ -173,6 +173,12 @@ class TrainerConfig(_Block):
         "at most this many updates old (decoupled PPO corrects for it); 0: rollout, then "
         "update, in turn.",
     )
+    rollout_worker: Literal["thread", "process"] = Field(
+        "thread",
+        description="With max_staleness > 0: where rollouts play: a thread of this process "
+        "(right when generation has its own device), or a child process with its own model "
+        "copy (on a CPU, where a thread would share the interpreter lock with the learner).",
+    )
     importance_cap: float = Field(
         2.0,
         gt=0,

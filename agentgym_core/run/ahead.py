@@ -32,6 +32,31 @@ from agentgym_core.types import Trajectory, TrajectoryBatch
 Play = Callable[[int, list[dict[str, float]]], tuple[dict[str, float], TrajectoryBatch]]
 """Plays update `step`'s rollout given the history so far: (metrics, batch)."""
 
+Weights = dict[str, torch.Tensor]
+
+
+class ThreadPlayer:
+    """Plays rollouts in this process: the policy's own model copy gets each rollout's weights.
+
+    Simple, and right where generation has its own device (a vLLM GPU). On a CPU the
+    rollout shares the GIL with the learner; `ProcessPlayer` does not.
+    """
+
+    def __init__(self, play: Play, rollout_model: Any, sync: Callable[[Any], None]) -> None:
+        self.play, self.rollout_model, self.sync = play, rollout_model, sync
+
+    def __call__(
+        self, step: int, history: list[dict[str, float]], weights: Weights, threads: int
+    ) -> tuple[dict[str, float], TrajectoryBatch]:
+        """Load `weights` into the policy's model, then play update `step`."""
+        torch.set_num_threads(threads)
+        self.rollout_model.load_state_dict(weights)
+        self.sync(self.rollout_model)
+        return self.play(step, history)
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
 
 @dataclass
 class _InFlight:
@@ -44,25 +69,14 @@ class RolloutsAhead:
     """Keeps the rollouts of the next `staleness` updates playing while the learner trains.
 
     Args:
-        play: plays one update's rollout (on the rollout thread).
+        player: plays one update's rollout on given weights (`ThreadPlayer`, `ProcessPlayer`).
         learner: the learner whose weights each rollout starts from.
-        rollout_model: the policy's own copy of the model, loaded before each rollout.
-        sync: tells the policy its model changed (`policy.sync_weights`).
         staleness: `trainer.max_staleness` (at least 1).
         steps: `trainer.steps` (no rollout is started past the last update).
     """
 
-    def __init__(
-        self,
-        play: Play,
-        learner: Any,
-        rollout_model: Any,
-        sync: Callable[[Any], None],
-        *,
-        staleness: int,
-        steps: int,
-    ) -> None:
-        self.play, self.learner, self.rollout_model, self.sync = play, learner, rollout_model, sync
+    def __init__(self, player: Any, learner: Any, *, staleness: int, steps: int) -> None:
+        self.player, self.learner = player, learner
         self.staleness, self.steps = staleness, steps
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
         self.in_flight: dict[int, _InFlight] = {}
@@ -86,13 +100,8 @@ class RolloutsAhead:
         weights = {k: v.detach().clone() for k, v in self.learner.unwrapped.state_dict().items()}
         seen = list(history)  # a horizon scheduler sees the updates finished by now
 
-        def job() -> tuple[dict, TrajectoryBatch]:
-            torch.set_num_threads(self.rollout_threads)
-            self.rollout_model.load_state_dict(weights)
-            self.sync(self.rollout_model)
-            return self.play(step, seen)
-
-        self.in_flight[step] = _InFlight(self.pool.submit(job), version)
+        future = self.pool.submit(self.player, step, seen, weights, self.rollout_threads)
+        self.in_flight[step] = _InFlight(future, version)
 
     def settle(self) -> list[dict[str, Any]]:
         """Wait for every rollout in flight; them as checkpoint data (see `restore`)."""
@@ -116,4 +125,5 @@ class RolloutsAhead:
     def close(self) -> None:
         """Wait for the rollout thread (a rollout in progress finishes first); threads back."""
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.player.close()
         torch.set_num_threads(self.learner_threads)

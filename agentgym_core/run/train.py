@@ -35,7 +35,7 @@ from agentgym_core.rollout.engine import (
 )
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run import recovery
-from agentgym_core.run.ahead import RolloutsAhead
+from agentgym_core.run.ahead import RolloutsAhead, ThreadPlayer
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -49,6 +49,7 @@ from agentgym_core.run.components import (
 )
 from agentgym_core.run.evaluate import EvalSettings, evaluation_tasks, run_evaluation
 from agentgym_core.run.metrics import rollout_metrics
+from agentgym_core.run.rollout_process import ProcessPlayer
 from agentgym_core.tracking.console import ProgressBar
 from agentgym_core.types import TrajectoryBatch
 
@@ -170,12 +171,8 @@ class TrainStage:
         ahead = None
         if staleness:
             ahead = RolloutsAhead(
-                lambda step, seen: self._healthy_rollout(
-                    step, engine, train_tasks, seen, checkpoint, announce=False
-                ),
+                self._player(engine, train_tasks, rollout_model, policy, resume),
                 learner,
-                rollout_model,
-                policy.sync_weights,
                 staleness=staleness,
                 steps=trainer.steps,
             )
@@ -219,6 +216,26 @@ class TrainStage:
             engine.close()
             policy.close()
         return TrainResult(Path(checkpoint), history, first_step)
+
+    def _player(
+        self,
+        engine: RolloutEngine,
+        train_tasks: list[int],
+        rollout_model: Any,
+        policy: Any,
+        resume: Path | None,
+    ) -> ThreadPlayer | ProcessPlayer:
+        """Where rollouts ahead of the learner play (`trainer.rollout_worker`)."""
+        if self.root.trainer.rollout_worker == "process":
+            threads = max(1, torch.get_num_threads() // 2)
+            return ProcessPlayer(self.resolved.raw, str(resume or self.start_model), threads)
+        return ThreadPlayer(
+            lambda step, seen: self._healthy_rollout(
+                step, engine, train_tasks, seen, None, announce=False
+            ),
+            rollout_model,
+            policy.sync_weights,
+        )
 
     def _learner_settings(self, model: Any) -> LearnerSettings:
         trainer = self.root.trainer
@@ -302,7 +319,8 @@ class TrainStage:
                 timeout_s=self.root.rollout.env_timeout_s,
                 say=self._say,
             ):
-                raise environment_down(self.root, step, batch, checkpoint)
+                newest = checkpoint or latest_checkpoint(self.output_dir) or self.start_model
+                raise environment_down(self.root, step, batch, newest)
             self._say(f"update {step + 1}: playing its episodes again")
 
     @staticmethod
