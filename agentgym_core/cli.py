@@ -236,9 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym_core.registry import RegistryError
     from agentgym_core.rollout.contract import EnvironmentContractError
     from agentgym_core.rollout.engine import EnvironmentDown, PolicyError
+    from agentgym_core.run.signals import exit_cleanly_on_sigterm
 
     stops = (ConfigError, RegistryError, FileNotFoundError, PolicyError, EnvironmentDown)
     args = build_parser().parse_args(argv)
+    exit_cleanly_on_sigterm()  # a killed run still closes its envs (browsers, JVMs)
     try:
         return args.func(args)
     except (*stops, EnvironmentContractError) as error:

@@ -62,6 +62,9 @@ def folders(args: argparse.Namespace) -> tuple[Path, Path, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run what is asked and not kept yet, then write the report."""
+    from agentgym_core.run.signals import exit_cleanly_on_sigterm
+
+    exit_cleanly_on_sigterm()  # a stopped sweep still closes its envs (browsers, JVMs)
     args = parse_args(argv)
     names = scenario_names() if args.scenario == "all" else [args.scenario]
     scenarios = [load_scenario(name) for name in names]

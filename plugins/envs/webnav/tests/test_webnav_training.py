@@ -98,3 +98,38 @@ def test_expert_data_command_writes_successful_agenttraj(tmp_path, chromium, cap
         assert len(actions) >= 2  # typing (and a suggestion to click), then submit
         assert actions[-1].startswith("click [")
         assert all(a.split(" ")[0] in ("click", "type") for a in actions)
+
+
+def test_a_terminated_run_leaves_no_browser_behind(tmp_path, webnav_model):
+    """SIGTERM (what `kill`, `timeout` and job schedulers send) closes every Chromium first."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    raw = {
+        "run": {"name": "webnav-killed", "output_dir": str(tmp_path / "run"), "seed": 1},
+        "model": {"path": str(webnav_model)},
+        "env": {"name": "webnav", "tasks": TASKS, "instruction": INSTRUCTION},
+        "algorithm": {"name": "grpo"},
+        "scheduler": {"name": "fixed", "max_turns": 2},
+        "rollout": {"max_context_tokens": 1536, "concurrency": 4, "env_threads": 4},
+        "trainer": {"steps": 500, "tasks_per_step": 2, "group_size": 4},
+    }
+    path = tmp_path / "webnav.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    command = [sys.executable, "-m", "agentgym_core.cli", "train", str(path), "--no-progress"]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    parent = psutil.Process(run.pid)
+    deadline = time.monotonic() + 120
+    browsers: list[psutil.Process] = []
+    while len(browsers) < 4:  # wait until the rollout has its browsers open
+        assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+        time.sleep(0.5)
+        browsers = [p for p in parent.children(recursive=True) if "chrom" in p.name()]
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) == 143
+    gone, alive = psutil.wait_procs(browsers, timeout=10)
+    assert not alive, [p.info for p in alive]
