@@ -126,11 +126,9 @@ def create_app(run_dir: str | Path, *, cache_dir: Path | None = None) -> FastAPI
     commands = {"view": f"agentgym view {shown}", "ui": f"agentgym ui {shown}"}
 
     def version() -> str:
-        """Changes whenever the run logs something: the store's files, the episodes indexed."""
+        """Changes whenever the run logs something: the store's content, the episodes indexed."""
         index.refresh()
-        files = (run.store, run.store.with_name(run.store.name + "-wal"))
-        stamps = [path.stat().st_mtime_ns for path in files if path.exists()]
-        return f"{max(stamps, default=0)}-{index.count()}"
+        return f"{run.fingerprint()}-{index.count()}"
 
     def render(name: str, **context: Any) -> HTMLResponse:
         body = templates.get_template(name).render(

@@ -84,6 +84,19 @@ class Run:
         uri = f"{self.store.resolve().as_uri()}?mode=ro"
         return sqlite3.connect(uri, uri=True, check_same_thread=False)
 
+    def fingerprint(self) -> str:
+        """Changes when the run logs anything: metric rows, run states, end times.
+
+        From the store's content, not its files' times: readers may checkpoint
+        SQLite's write-ahead log, which touches the files without a change.
+        """
+        with self.connect() as db:
+            metrics = db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+            runs = db.execute(
+                "SELECT COUNT(*), GROUP_CONCAT(status), MAX(end_time) FROM runs"
+            ).fetchone()
+        return f"{metrics}-{runs[0]}-{runs[1]}-{runs[2]}"
+
     def inside(self, relative: str | Path) -> Path:
         """`relative` resolved under the run folder.
 

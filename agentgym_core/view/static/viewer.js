@@ -20,6 +20,7 @@ document.addEventListener("keydown", function (event) {
   });
   window.setInterval(function () {
     if (!box.checked || document.hidden) return;
+    if (document.activeElement && document.activeElement.closest("input, select, textarea")) return;
     fetch("/api/version")
       .then(function (response) { return response.json(); })
       .then(function (data) { if (data.version !== version) window.location.reload(); })
