@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
+import torch
 
 from agentgym_core.learner.decoupled import importance_weights
+from agentgym_core.learner.learner import Learner, LearnerSettings, token_logprobs
+from agentgym_core.learner.packing import pack
+from agentgym_core.types import Trajectory
 
 
 def test_importance_weights_by_hand():
@@ -21,12 +26,34 @@ def test_importance_weights_by_hand():
     assert weights == pytest.approx([0.0, 3.0, 0.0, 0.5])
 
 
-def test_scaled_advantages_give_the_decoupled_objective():
-    """min(r wA, clip(r) wA) == w min(rA, clip(r)A) for w >= 0, for either sign of A."""
-    for ratio in (0.5, 0.9, 1.1, 1.6):
-        for advantage in (-1.5, 0.7):
-            for weight in (0.0, 0.4, 2.0):
-                clipped = min(max(ratio, 0.8), 1.2)
-                folded = min(ratio * weight * advantage, clipped * weight * advantage)
-                decoupled = weight * min(ratio * advantage, clipped * advantage)
-                assert folded == pytest.approx(decoupled)
+def test_learner_decouple_scales_advantages_and_takes_proximal_logprobs(tiny_model):
+    """The learner's step: advantages times min(pi_prox / pi_behav, cap), proximal as old."""
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    model, _ = tiny_model
+    rng = random.Random(0)
+    ids = [rng.randrange(3, model.config.vocab_size) for _ in range(14)]
+    mask = [0] * 6 + [1] * 8
+    traj = Trajectory(task_id=0, group=0, token_ids=ids, loss_mask=mask, logprobs=[0.0] * 14)
+    (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=1000)
+    with torch.no_grad():
+        proximal = [0.0] + token_logprobs(model, mb, 1.0)[0][0, :-1].tolist()
+    ratios = [3.0, 0.5, 1.0, 1.5] * 2  # pi_prox / pi_behav on the 8 sampled tokens
+    behaviour = list(proximal)
+    for position, ratio in zip(range(6, 14), ratios, strict=True):
+        behaviour[position] = proximal[position] - math.log(ratio)
+    traj.logprobs = behaviour
+    traj.advantages = [0.5 * m for m in mask]
+    learner = Learner(model, GRPO(GRPOConfig()), LearnerSettings(lr=1e-2))
+    stats = learner._decouple([traj], cap=2.0)
+    assert traj.advantages[:6] == [0.0] * 6
+    assert traj.advantages[6:] == pytest.approx([0.5 * min(r, 2.0) for r in ratios], rel=1e-4)
+    assert traj.logprobs[6:] == pytest.approx(proximal[6:], abs=1e-5)
+    assert stats["importance_weight_mean"] == pytest.approx(
+        sum(min(r, 2.0) for r in ratios) / 8, rel=1e-4
+    )
+    assert stats["importance_weight_max"] == pytest.approx(3.0, rel=1e-4)
+    assert stats["importance_truncated_fraction"] == pytest.approx(2 / 8)
+    assert stats["behaviour_logprob_diff"] == pytest.approx(
+        sum(abs(math.log(r)) for r in ratios) / 8, rel=1e-4
+    )

@@ -7,6 +7,7 @@ HTTP as in-process (BabyAI and TextCraft). Load: 64 concurrent sessions.
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import subprocess
 import sys
@@ -154,11 +155,50 @@ def test_strict_errors_are_real_status_codes_naming_the_field(host):
             if http.post("/step", json={"id": sid, "action": action}).json()["done"]:
                 break
         assert http.post("/step", json={"id": sid, "action": "turn left"}).status_code == 409
+        # the babyai factory is a function (it picks the level set): the envs it makes render
+        assert http.get("/info").json()["can_render"] is True
+        drawn = http.get("/render", params={"id": sid}).json()
+        assert drawn["format"] == "png"
+        assert base64.b64decode(drawn["data"]).startswith(b"\x89PNG")
         assert http.post("/close", json={"id": sid}).json() is True
         schema = http.get("/openapi.json").json()
         assert {"/create", "/reset", "/step", "/observation", "/close"} <= set(schema["paths"])
-        # the babyai factory is a function (it picks the level set), not a class with render()
-        assert "/render" not in schema["paths"]
+
+
+class _BlindEnv:
+    """An env without render(), made by a factory function (so /render cannot be ruled out)."""
+
+    def tasks(self, split):
+        return [0]
+
+    def instruction(self):
+        return "Say anything."
+
+    def reset(self, task_id):
+        return "start"
+
+    def step(self, action):
+        return StepResult("ok", 1.0, True)
+
+    def valid_actions(self):
+        return ["x"]
+
+    def task_group(self, task_id):
+        return "all"
+
+    def close(self):
+        pass
+
+
+def test_a_factory_function_whose_envs_cannot_render_says_so():
+    app = create_app(lambda: _BlindEnv(), env_name="blind", strict=True)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url) as http:
+        assert http.get("/info").json()["can_render"] is False
+        sid = http.post("/create").json()["id"]
+        http.post("/reset", json={"id": sid, "data_idx": 0})
+        refused = http.get("/render", params={"id": sid})
+        assert refused.status_code == 404
+        assert refused.json() == {"detail": "environment blind cannot render: it has no render()"}
 
 
 class _DrawnEnv:

@@ -117,8 +117,9 @@ def clipped_loss_with_kl_and_entropy(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped policy loss + kl_coef * KL(ref) - entropy_coef * entropy of a `LossInputs`.
 
-    The whole loss of the group-advantage algorithms (GRPO, GiGPO): they differ
-    only in how they set the advantages.
+    The whole policy loss of every clipped-loss algorithm: they differ in how they
+    set the advantages, and in whether the KL acts here (GRPO, GiGPO) or through
+    the reward (PPO, RLOO, REINFORCE++: kl_coef=0 here).
     """
     policy, metrics = clipped_policy_loss(
         inputs.logprobs,

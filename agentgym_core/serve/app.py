@@ -76,14 +76,15 @@ def create_app(
         max_sessions: more open sessions than this get 503 on create.
         threads: environment calls running at once.
         env_timeout_s: an environment call this long fails with 504 and drops the session.
-        can_render: expose `/render`; None: if the factory's class has `render`.
+        can_render: expose `/render`; None: if the factory's class has `render`, or, for a
+            factory function, if the environments it makes have (asked of the probe env).
         strict: errors as HTTP status codes instead of AgentGym's 200 `{"error": ...}`.
     """
     store = SessionStore(
         env_factory, threads=threads, max_sessions=max_sessions, env_timeout_s=env_timeout_s
     )
     server = EnvServer(env_name, store, idle_timeout_s, dialect_for(env_name, strict=strict))
-    if can_render is None:
+    if can_render is None and isinstance(env_factory, type):
         can_render = callable(getattr(env_factory, "render", None))
 
     mode = "strict status codes" if strict else "AgentGym's answers: errors are 200 {error}"
@@ -101,7 +102,7 @@ def create_app(
     app.add_exception_handler(EnvError, on_env_error)
     _session_routes(app, server)
     _play_routes(app, server)
-    _meta_routes(app, server, bool(can_render))
+    _meta_routes(app, server, can_render)
     return app
 
 
@@ -206,7 +207,11 @@ def _play_routes(app: FastAPI, server: EnvServer) -> None:
             return await server.play(session, body.action)
 
 
-def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool) -> None:
+def _renders(env: Any) -> bool:
+    return callable(getattr(env, "render", None))
+
+
+def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool | None) -> None:
     store, name = server.store, server.env_name
 
     @app.get("/info")
@@ -220,7 +225,7 @@ def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool) -> None:
             created=store.created,
             closed=store.closed,
             idle_timeout_s=server.idle_timeout_s,
-            can_render=can_render,
+            can_render=_renders(await server.probe()) if can_render is None else can_render,
             strict=server.dialect.strict,
         )
 
@@ -237,18 +242,20 @@ def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool) -> None:
         env = await server.probe()
         return InstructionResponse(instruction=await store.call(env.instruction))
 
-    if not can_render:
+    if can_render is False:
         return
 
     @app.get(
         "/render",
         response_model=_reply(server, RenderResponse),
-        responses=_refusals(server, {404: "Unknown session id."}),
+        responses=_refusals(server, {404: "Unknown session id, or an env without render()."}),
     )
     async def render(id: int = Query(ge=0, le=MAX_TASK_ID)) -> Any:  # noqa: A002
         """A drawing of session `id`'s current state."""
         async with using(server.session(id, "query")) as session:
             server.require_phase(session, Phase.RUNNING, Phase.DONE, where="query")
+            if not _renders(session.env):
+                raise EnvError(404, f"environment {name} cannot render: it has no render()")
             try:
                 image = await store.call(session.env.render)  # type: ignore[attr-defined]
             except Exception as error:  # noqa: BLE001 - reported as a server error

@@ -34,7 +34,7 @@ def build_app(
     def factory() -> Any:
         return registration.factory(config)
 
-    if "can_render" not in app_options:
+    if "can_render" not in app_options and isinstance(registration.factory, type):
         app_options["can_render"] = callable(getattr(registration.factory, "render", None))
     return create_app(factory, env_name=env_name, **app_options)
 

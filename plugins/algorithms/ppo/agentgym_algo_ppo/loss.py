@@ -27,9 +27,8 @@ from agentgym_core.api import (
     LossInputs,
     TrajectoryBatch,
     agent_values,
-    clipped_policy_loss,
+    clipped_loss_with_kl_and_entropy,
     clipped_value_loss,
-    entropy_bonus,
     spread,
     token_rewards,
     whiten,
@@ -141,14 +140,12 @@ class PPO:
         """Clipped policy loss + vf_coef * clipped value loss - entropy_coef * entropy."""
         if inputs.values is None or inputs.old_values is None or inputs.returns is None:
             raise ValueError("ppo's loss needs the critic's values: the learner runs without one")
-        policy, metrics = clipped_policy_loss(
-            inputs.logprobs,
-            inputs.old_logprobs,
-            inputs.advantages,
-            inputs.mask,
-            inputs.normalizer,
+        loss, metrics = clipped_loss_with_kl_and_entropy(
+            inputs,
             clip_low=self.config.clip_eps,
             clip_high=self.config.clip_eps_high,
+            kl_coef=0.0,  # the KL penalty is in the reward
+            entropy_coef=self.config.entropy_coef,
         )
         value, value_metrics = clipped_value_loss(
             inputs.values,
@@ -158,8 +155,4 @@ class PPO:
             inputs.normalizer,
             clip=self.config.value_clip,
         )
-        bonus, entropy_metrics = entropy_bonus(
-            inputs.entropy, inputs.mask, inputs.normalizer, self.config.entropy_coef
-        )
-        total = policy + self.config.vf_coef * value + bonus
-        return total, {**metrics, **value_metrics, **entropy_metrics}
+        return loss + self.config.vf_coef * value, {**metrics, **value_metrics}

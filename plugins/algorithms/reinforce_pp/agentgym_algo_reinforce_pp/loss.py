@@ -21,8 +21,7 @@ from agentgym_core.api import (
     AlgorithmNeeds,
     LossInputs,
     TrajectoryBatch,
-    clipped_policy_loss,
-    entropy_bonus,
+    clipped_loss_with_kl_and_entropy,
     spread,
     token_rewards,
     whiten,
@@ -91,20 +90,15 @@ class ReinforcePP:
 
     def loss(self, inputs: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped policy loss - entropy_coef * entropy, token mean (the KL is in the reward)."""
-        policy, metrics = clipped_policy_loss(
-            inputs.logprobs,
-            inputs.old_logprobs,
-            inputs.advantages,
-            inputs.mask,
-            inputs.normalizer,
+        loss, metrics = clipped_loss_with_kl_and_entropy(
+            inputs,
             clip_low=self.config.clip_eps,
             clip_high=self.config.clip_eps_high,
-        )
-        bonus, entropy_metrics = entropy_bonus(
-            inputs.entropy, inputs.mask, inputs.normalizer, self.config.entropy_coef
+            kl_coef=0.0,  # the KL penalty is in the reward
+            entropy_coef=self.config.entropy_coef,
         )
         if inputs.ref_logprobs is not None:
             with torch.no_grad():  # reported only: the penalty acts through the reward
                 kl = (inputs.logprobs - inputs.ref_logprobs) * inputs.mask
                 metrics["kl"] = float(kl.sum() / inputs.mask.sum().clamp(min=1.0))
-        return policy + bonus, {**metrics, **entropy_metrics}
+        return loss, metrics

@@ -24,8 +24,7 @@ from agentgym_core.api import (
     Trajectory,
     TrajectoryBatch,
     agent_positions,
-    clipped_policy_loss,
-    entropy_bonus,
+    clipped_loss_with_kl_and_entropy,
 )
 
 
@@ -93,16 +92,11 @@ class RLOO:
 
     def loss(self, inputs: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped policy loss - entropy_coef * entropy, token mean."""
-        policy, metrics = clipped_policy_loss(
-            inputs.logprobs,
-            inputs.old_logprobs,
-            inputs.advantages,
-            inputs.mask,
-            inputs.normalizer,
+        loss, metrics = clipped_loss_with_kl_and_entropy(
+            inputs,
             clip_low=self.config.clip_eps,
             clip_high=self.config.clip_eps_high,
+            kl_coef=0.0,  # the KL penalty is in the reward
+            entropy_coef=self.config.entropy_coef,
         )
-        bonus, entropy_metrics = entropy_bonus(
-            inputs.entropy, inputs.mask, inputs.normalizer, self.config.entropy_coef
-        )
-        return policy + bonus, {**metrics, **entropy_metrics}
+        return loss, metrics
