@@ -16,7 +16,7 @@ What is here:
 - plain data: `StepResult`, `Generation`, `Turn`, `Trajectory`,
   `TrajectoryBatch`, `Termination`, `TaskId`;
 - RL maths for algorithm plugins: the token-level losses (`clipped_policy_loss`,
-  `clipped_loss_with_kl_and_entropy`,
+  `clipped_loss_with_kl_and_entropy` and its options `ClippedLossOptions`,
   `clipped_value_loss`, `entropy_bonus`, `kl_k3`, `kl_penalty`, `masked_mean`)
   and reward placement (`token_rewards`, `agent_positions`, `agent_values`,
   `spread`, `whiten`);
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from agentgym_core.data.agenttraj import AgentTrajItem, AgentTrajPair, read_items, read_pairs
     from agentgym_core.data.expert import ExpertEnvironment
     from agentgym_core.learner.losses import (
+        ClippedLossOptions,
         clipped_loss_with_kl_and_entropy,
         clipped_policy_loss,
         clipped_value_loss,
@@ -93,6 +94,7 @@ _LAZY = {
     "agentgym_core.data.agenttraj": ("AgentTrajItem", "AgentTrajPair", "read_items", "read_pairs"),
     "agentgym_core.data.expert": ("ExpertEnvironment",),
     "agentgym_core.learner.losses": (
+        "ClippedLossOptions",
         "clipped_loss_with_kl_and_entropy",
         "clipped_policy_loss",
         "clipped_value_loss",
@@ -124,6 +126,7 @@ __all__ = [
     "Algorithm",
     "AlgorithmNeeds",
     "ChatFormat",
+    "ClippedLossOptions",
     "ConfigError",
     "ContextWindowExceeded",
     "CriticSpec",

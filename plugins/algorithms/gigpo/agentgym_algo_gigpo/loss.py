@@ -25,10 +25,11 @@ from collections.abc import Hashable, Sequence
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentgym_core.api import (
     AlgorithmNeeds,
+    ClippedLossOptions,
     LossInputs,
     Trajectory,
     TrajectoryBatch,
@@ -36,10 +37,8 @@ from agentgym_core.api import (
 )
 
 
-class GiGPOConfig(BaseModel):
+class GiGPOConfig(ClippedLossOptions):
     """Options of `gigpo`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     omega: float = Field(
         1.0, ge=0, description="Weight of the step-level advantage (verl-agent's step_advantage_w)."
@@ -58,14 +57,9 @@ class GiGPOConfig(BaseModel):
         "or over their turns, each trajectory counted once per turn (verl-agent's default).",
     )
     eps: float = Field(1e-6, gt=0, description="Added to the std before dividing.")
-    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) ratio clip.")
-    clip_eps_high: float | None = Field(
-        None, gt=0, description="Upper ratio clip if different (DAPO's clip-higher)."
-    )
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL to the frozen reference; 0 drops the reference."
     )
-    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
     min_group_size: int = Field(2, ge=2, description="Group size the trainer must provide.")
     drop_uniform_groups: bool = Field(
         False,

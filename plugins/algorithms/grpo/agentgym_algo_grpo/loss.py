@@ -14,29 +14,23 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentgym_core.api import (
     AlgorithmNeeds,
+    ClippedLossOptions,
     LossInputs,
     TrajectoryBatch,
     clipped_loss_with_kl_and_entropy,
 )
 
 
-class GRPOConfig(BaseModel):
+class GRPOConfig(ClippedLossOptions):
     """Options of `grpo`."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) ratio clip.")
-    clip_eps_high: float | None = Field(
-        None, gt=0, description="Upper ratio clip if different (DAPO's clip-higher)."
-    )
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL to the frozen reference; 0 drops the reference."
     )
-    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
     scale_by_std: bool = Field(
         True, description="Divide by the group's reward std (GRPO); false: Dr. GRPO."
     )

@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from agentgym_core.api import (
     AlgorithmNeeds,
+    ClippedLossOptions,
     CriticSpec,
     LossInputs,
     TrajectoryBatch,
@@ -35,15 +36,9 @@ from agentgym_core.api import (
 )
 
 
-class PPOConfig(BaseModel):
+class PPOConfig(ClippedLossOptions):
     """Options of `ppo`."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) ratio clip.")
-    clip_eps_high: float | None = Field(
-        None, gt=0, description="Upper ratio clip if different (DAPO's clip-higher)."
-    )
     gamma: float = Field(1.0, ge=0, le=1, description="Discount per agent token.")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda (1: Monte Carlo returns).")
     value_clip: float | None = Field(
@@ -55,7 +50,6 @@ class PPOConfig(BaseModel):
         ge=0,
         description="Per-token KL penalty log(pi / pi_ref) in the reward; 0 drops the reference.",
     )
-    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
     normalize_advantages: bool = Field(
         True, description="Whiten advantages over the batch's agent tokens."
     )

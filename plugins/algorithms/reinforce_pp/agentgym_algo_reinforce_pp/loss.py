@@ -15,10 +15,11 @@ REINFORCE++-baseline: each outcome first loses the mean outcome of its group
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentgym_core.api import (
     AlgorithmNeeds,
+    ClippedLossOptions,
     LossInputs,
     TrajectoryBatch,
     clipped_loss_with_kl_and_entropy,
@@ -28,15 +29,9 @@ from agentgym_core.api import (
 )
 
 
-class ReinforcePPConfig(BaseModel):
+class ReinforcePPConfig(ClippedLossOptions):
     """Options of `reinforce_pp`."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) ratio clip.")
-    clip_eps_high: float | None = Field(
-        None, gt=0, description="Upper ratio clip if different (DAPO's clip-higher)."
-    )
     kl_coef: float = Field(
         0.01,
         ge=0,
@@ -51,7 +46,6 @@ class ReinforcePPConfig(BaseModel):
         description="REINFORCE++-baseline: subtract the group's mean outcome before the "
         "global normalization (needs trainer.group_size >= 2).",
     )
-    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
     eps: float = Field(1e-8, gt=0, description="Added to the batch std before dividing.")
 
 

@@ -16,10 +16,11 @@ ratio is 1 and it is exactly the REINFORCE gradient.
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentgym_core.api import (
     AlgorithmNeeds,
+    ClippedLossOptions,
     LossInputs,
     Trajectory,
     TrajectoryBatch,
@@ -28,22 +29,15 @@ from agentgym_core.api import (
 )
 
 
-class RLOOConfig(BaseModel):
+class RLOOConfig(ClippedLossOptions):
     """Options of `rloo`."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) ratio clip.")
-    clip_eps_high: float | None = Field(
-        None, gt=0, description="Upper ratio clip if different (DAPO's clip-higher)."
-    )
     kl_coef: float = Field(
         0.0,
         ge=0,
         description="Weight of the episode's summed log(pi / pi_ref) subtracted from its reward; "
         "0 drops the reference model.",
     )
-    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
     min_group_size: int = Field(2, ge=2, description="Group size the trainer must provide.")
 
 
