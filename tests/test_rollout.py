@@ -138,6 +138,22 @@ def test_no_barrier_between_episodes(tiny_model):
     assert slow_first_step - start >= 0.6
 
 
+class _StaggeredResets(ColourEnv):
+    """Task k's reset takes 15 k ms: requests reach the policy a few ms apart."""
+
+    def reset(self, task_id):
+        time.sleep(0.015 * task_id)
+        return super().reset(task_id)
+
+
+@pytest.mark.parametrize(("gather_ms", "one_batch"), [(100.0, True), (0.0, False)])
+def test_requests_arriving_close_together_share_a_batch(tiny_model, gather_ms, one_batch):
+    engine = _engine(tiny_model, _StaggeredResets, gather_ms=gather_ms)
+    engine.run(_episodes(6, 1), RolloutSettings(max_turns=1, seed=0))
+    assert sum(engine.policy.batch_sizes) == 6
+    assert (engine.policy.batch_sizes == [6]) is one_batch
+
+
 @pytest.mark.parametrize("template", ["chatml", "llama3"])
 def test_observation_delta_is_the_templates_user_turn(tiny_model, template):
     _, tokenizer = tiny_model

@@ -45,6 +45,13 @@ class HFPolicyConfig(BaseModel):
         description="static: a batch runs until its longest request is done; continuous: "
         "requests join the running batch at the next decode step and leave when done.",
     )
+    gather_ms: float = Field(
+        5.0,
+        ge=0,
+        description="static: after a batch's first request, keep admitting requests while "
+        "each arrives within this many ms of the last (episodes whose env calls finish "
+        "together join one batch); 0: only those already waiting.",
+    )
 
 
 @dataclass
@@ -157,10 +164,7 @@ class HFPolicy:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
-            await asyncio.sleep(0)  # a yield, not a delay: lets just-woken episodes enqueue
-            while not self._queue.empty() and len(batch) < self.config.max_batch_size:
-                batch.append(self._queue.get_nowait())
+            batch = await self._gather()
             try:
                 await loop.run_in_executor(self._executor, self._generate_batch, batch)
             except Exception as error:  # noqa: BLE001 - forwarded to every waiting episode
@@ -171,6 +175,29 @@ class HFPolicy:
             for request in batch:
                 if not request.future.done():
                     request.future.set_result(self._result(request))
+
+    async def _gather(self) -> list[_Request]:
+        """The next batch: the first request, and those that arrive close behind it.
+
+        Episodes reset or stepped together send their requests a few ms apart (their
+        env calls run in threads); without the wait the first one or two would run as
+        a batch of their own and everyone else would wait a whole decode for them.
+        """
+        assert self._queue is not None
+        batch = [await self._queue.get()]
+        await asyncio.sleep(0)  # a yield, not a delay: lets just-woken episodes enqueue
+        quiet = self.config.gather_ms / 1000
+        while len(batch) < self.config.max_batch_size:
+            if not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+                continue
+            if not quiet:
+                break
+            try:
+                batch.append(await asyncio.wait_for(self._queue.get(), quiet))
+            except TimeoutError:
+                break
+        return batch
 
     def _result(self, request: _Request) -> Generation:
         if request.constraint is not None and request.constraint.complete:
