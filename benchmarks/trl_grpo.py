@@ -7,7 +7,9 @@ same completion budget, temperature, learning rate, one optimizer step per
 update, no KL term, the same number of updates. Free-text generation on both
 sides (TRL has no action constraint). The same prompts too: TRL's dataset is
 the tasks agentgym samples for each update, in order (`shuffle_dataset: false`),
-and the mean prompt and completion tokens of both are printed. TRL runs twice:
+and the mean prompt and completion tokens of both are printed. agentgym runs
+twice, with the `hf` policy's two batching modes (static, the default, and
+continuous); TRL runs twice:
 at its fastest on a CPU (fp32, no gradient checkpointing) and with its own
 defaults for those two (bf16, gradient checkpointing). Each trainer runs in its
 own child process, the three alternating, so its peak RSS is its own; the first
@@ -70,6 +72,10 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
         "run": {"name": "bench", "output_dir": str(out), "seed": COMMON["seed"]},
         "model": {"path": str(model)},
         "env": {"name": "babyai", "levels": LEVELS},
+        "policy": {
+            "name": "hf",
+            "batching": "continuous" if args.child == "ours-continuous" else "static",
+        },
         "algorithm": {"name": "grpo"},
         "scheduler": {"name": "fixed", "max_turns": 1},
         "rollout": {
@@ -239,14 +245,15 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
 
 
 NAMES = {
-    "ours": "agentgym",
+    "ours": "agentgym (hf policy, batching: static, the default)",
+    "ours-continuous": "agentgym (hf policy, batching: continuous)",
     "trl": "TRL GRPOTrainer, fp32, no gradient checkpointing",
     "trl-defaults": "TRL GRPOTrainer, its defaults (bf16, gradient checkpointing)",
 }
 
 
 def child(args: argparse.Namespace) -> None:
-    run = run_ours if args.child == "ours" else run_trl
+    run = run_ours if args.child.startswith("ours") else run_trl
     with tempfile.TemporaryDirectory() as tmp:
         result = run(Path(args.model), Path(tmp) / "out", args)
     print("RESULT " + json.dumps(result), flush=True)
@@ -294,16 +301,18 @@ def main() -> None:
     grow = {k: median(r["peak_mib"] - r["baseline_mib"] for r in v) for k, v in runs.items()}
     print(f"{args.tasks} tasks x {args.group} samples per update, {args.updates} updates\n")
     print(
-        "| trainer | s / update (median) | agentgym / this | prompt tokens (mean) "
-        "| completion tokens (mean) | peak RSS MiB | peak above start MiB |"
+        "| trainer | s / update (median) | agentgym static / this | agentgym continuous / this "
+        "| prompt tokens (mean) | completion tokens (mean) | peak RSS MiB | peak above start MiB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for which, name in NAMES.items():
         prompt = mean(n for r in runs[which] for n in r["prompt_tokens"])
         completion = mean(n for r in runs[which] for n in r["completion_tokens"])
         ratio = step["ours"] / step[which]
+        continuous = step["ours-continuous"] / step[which]
         print(
-            f"| {name} | {step[which]:.3f} | {ratio:.2f}x | {prompt:.1f} | {completion:.1f} "
+            f"| {name} | {step[which]:.3f} | {ratio:.2f}x | {continuous:.2f}x "
+            f"| {prompt:.1f} | {completion:.1f} "
             f"| {peak[which]:.0f} | {grow[which]:.0f} |"
         )
     print("\nPer update, median over updates after the first (seconds):\n")
