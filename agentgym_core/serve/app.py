@@ -85,7 +85,7 @@ def create_app(
     )
     server = EnvServer(env_name, store, idle_timeout_s, dialect_for(env_name, strict=strict))
     if can_render is None and isinstance(env_factory, type):
-        can_render = callable(getattr(env_factory, "render", None))
+        can_render = has_render(env_factory)
 
     mode = "strict status codes" if strict else "AgentGym's answers: errors are 200 {error}"
     app = FastAPI(
@@ -207,8 +207,9 @@ def _play_routes(app: FastAPI, server: EnvServer) -> None:
             return await server.play(session, body.action)
 
 
-def _renders(env: Any) -> bool:
-    return callable(getattr(env, "render", None))
+def has_render(env_or_class: Any) -> bool:
+    """Whether an environment (or its class) draws itself: the optional `render()`."""
+    return callable(getattr(env_or_class, "render", None))
 
 
 def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool | None) -> None:
@@ -225,7 +226,7 @@ def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool | None) -> No
             created=store.created,
             closed=store.closed,
             idle_timeout_s=server.idle_timeout_s,
-            can_render=_renders(await server.probe()) if can_render is None else can_render,
+            can_render=has_render(await server.probe()) if can_render is None else can_render,
             strict=server.dialect.strict,
         )
 
@@ -254,7 +255,7 @@ def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool | None) -> No
         """A drawing of session `id`'s current state."""
         async with using(server.session(id, "query")) as session:
             server.require_phase(session, Phase.RUNNING, Phase.DONE, where="query")
-            if not _renders(session.env):
+            if not has_render(session.env):
                 raise EnvError(404, f"environment {name} cannot render: it has no render()")
             try:
                 image = await store.call(session.env.render)  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ def build_app(
     pair it came from, when `env_option_pairs` are given).
     """
     from agentgym_core.env_options import validate_env_options
-    from agentgym_core.serve.app import create_app
+    from agentgym_core.serve.app import create_app, has_render
 
     registration, config = validate_env_options(
         host_registry, env_name, options or {}, env_option_pairs
@@ -35,7 +35,7 @@ def build_app(
         return registration.factory(config)
 
     if "can_render" not in app_options and isinstance(registration.factory, type):
-        app_options["can_render"] = callable(getattr(registration.factory, "render", None))
+        app_options["can_render"] = has_render(registration.factory)
     return create_app(factory, env_name=env_name, **app_options)
 
 
