@@ -158,7 +158,7 @@ def plot(scenario: Scenario, results: list[dict[str, Any]], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     arms = _by_arm(results)
-    fig, (success, turns, evals) = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, (success, turns, evals) = plt.subplots(1, 3, figsize=(16, 5.2))
     for name, arm in scenario.arms.items():
         runs = [r for r in arms.get(name, []) if _rl_curve(r, "success")]
         if not runs:
@@ -171,11 +171,17 @@ def plot(scenario: Scenario, results: list[dict[str, Any]], out: Path) -> Path:
     turns.set(title="turns per episode (training)", xlabel="update")
     _eval_bars(evals, scenario, arms)
     for axis in (success, turns):
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=8)
         axis.grid(alpha=0.3)
     fig.suptitle(scenario.title)
-    fig.tight_layout()
+    # one legend for both line panels, under them: inside a panel it hides the curves
+    handles, labels = success.get_legend_handles_labels()
+    rows = -(-len(labels) // 3)
+    bottom = 0.01 + 0.04 * rows
+    if handles:
+        fig.legend(
+            handles, labels, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.34, 0.0)
+        )
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
