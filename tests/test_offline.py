@@ -211,6 +211,12 @@ def test_sft_on_expert_trajectories_beats_the_untrained_model(tmp_path, babyai_m
     assert losses[-1] < losses[0] / 2
     written = yaml.safe_load((tmp_path / "sft" / "expert.json").read_text())
     assert 200 < len(written) <= 300 and written[0]["item_id"].startswith("babyai_")
+    # the data's price: every expert action, failed episodes' too, logged once for the stage
+    kept_actions = sum(turn["loss"] is True for item in written for turn in item["conversations"])
+    expert_steps = [h.get("data/expert_env_steps") for h in trained.history]
+    assert expert_steps[0] >= kept_actions > 0
+    assert expert_steps[0] <= kept_actions + 8 * (300 - len(written))
+    assert expert_steps[1:] == [None] * (len(expert_steps) - 1)
 
 
 def test_dpo_raises_the_chosen_minus_rejected_margin(tmp_path, babyai_model, mlflow_uri):
@@ -265,7 +271,7 @@ def test_resumed_sft_continues_exactly(tmp_path, babyai_model):
     from agentgym_core.data.expert import expert_items
 
     env = BabyAIEnv(BabyAIConfig(levels=["GoToObj"], list_actions=False, instruction=INSTRUCTION))
-    raw, _ = expert_items(env, "babyai", env.tasks("train")[:12], max_turns=8)
+    raw = expert_items(env, "babyai", env.tasks("train")[:12], max_turns=8).items
     data = write_items(parse_items(raw), tmp_path / "data" / "expert.json")
     sft = {"name": "sft", "files": [str(tmp_path / "data" / "*.json")], "batch_size": 5}
     host = PluginHost()

@@ -99,6 +99,12 @@ def test_cost_counts_env_steps_of_scored_episodes_and_tokens():
     }
 
 
+def test_cost_adds_the_env_steps_that_made_sft_data():
+    sft = [{"expert_env_steps": 40.0}, {}, {"expert_env_steps": 40.0}, {}]  # resumed once
+    rl = [{"turns": 2.0, "episodes": 4.0, "env_errors": 0.0, "tokens": 10.0}]
+    assert cost(sft + rl, 1.0)["env_steps"] == 40 + 40 + 8
+
+
 def test_cost_adds_what_an_evolve_stage_explored():
     points = [{"turns": 3.0, "episodes": 8.0, "env_errors": 0.0, "tokens": 100.0}]
     explored = [{"evolve/env_steps": 50.0, "evolve/sampled_tokens": 400.0}] * 2

@@ -190,6 +190,8 @@ class StageData:
         self.prefix = tuple(prefix)
         self.seed = resolved.root.run.seed
         self.output_dir = Path(resolved.root.run.output_dir)
+        self.expert_env_steps = 0
+        """Env steps the expert took to make this stage's data (a cost of the SFT rows)."""
 
     def error(self, key: str, message: str) -> ConfigError:
         """A config error at `algorithm.<key>` of this stage."""
@@ -233,11 +235,13 @@ class StageData:
             except ValueError as exc:
                 raise self.error("expert.split", str(exc)) from None
             try:
-                raw, _ = expert_items(env, registration.name, tasks, max_turns=max_turns)
+                run = expert_items(env, registration.name, tasks, max_turns=max_turns)
             except TypeError as exc:
                 raise self.error("expert", str(exc)) from None
         finally:
             env.close()
+        raw = run.items
+        self.expert_env_steps += run.env_steps
         items = parse_items(raw, f"<expert {registration.name}>")
         if distributed.is_main():  # every rank made the same items; one file
             write_items(items, self.output_dir / "expert.json")
@@ -328,7 +332,9 @@ class OfflineStage:
             learner.load_state(state["extra"]["learner"])
         if first_step >= trainer.steps:  # finished earlier: a re-run pipeline moves on
             return TrainResult(Path(resume or self.start_model), history, first_step)
-        examples, dropped = self._examples(ChatFormat(tokenizer, model.generation_config))
+        examples, dropped, expert_steps = self._examples(
+            ChatFormat(tokenizer, model.generation_config)
+        )
         show = show_progress and distributed.is_main()
         if show:
             print(f"[{self.root.run.name}] {len(examples)} examples ({dropped} left out)")
@@ -344,6 +350,8 @@ class OfflineStage:
             for step in range(first_step, trainer.steps):
                 metrics = self._step(step, learner, examples)
                 metrics["data/examples"] = float(len(examples))
+                if expert_steps and step == first_step:  # made once per (re)started stage
+                    metrics["data/expert_env_steps"] = float(expert_steps)
                 history.append(metrics)
                 self.host.after_update(step, metrics)
                 progress.update(step + 1, metrics)
@@ -369,8 +377,11 @@ class OfflineStage:
             seed=self.root.run.seed,
         )
 
-    def _examples(self, chat: ChatFormat) -> tuple[list[Example], int]:
-        """The algorithm's examples that fit the context budget and train on something."""
+    def _examples(self, chat: ChatFormat) -> tuple[list[Example], int, int]:
+        """The algorithm's examples that fit the context budget and train on something.
+
+        Also returns how many were left out, and the env steps an expert took to make them.
+        """
         data = StageData(self.resolved, chat, earlier=self.earlier, prefix=self.prefix)
         try:
             examples = self.algorithm.examples(data)
@@ -388,7 +399,7 @@ class OfflineStage:
                 f"no training examples: {len(examples)} built, none with agent tokens "
                 f"within rollout.max_context_tokens={budget}",
             )
-        return kept, len(examples) - len(kept)
+        return kept, len(examples) - len(kept), data.expert_env_steps
 
     def _step(self, step: int, learner: Learner, examples: list[Example]) -> dict[str, float]:
         size = self.algorithm.batch_size

@@ -31,7 +31,10 @@ in what the table says. Numbers are means over seeds with min-max in brackets;
 "largest drop" is, per seed, the largest fall of training success (moving
 average over {smooth} updates) below its running best. Costs are per run:
 training wall time on a 2-core CPU machine with nothing else of ours running,
-env steps (actions taken) and sampled tokens in training rollouts.
+env steps (actions taken: in training rollouts, and the expert's in making SFT
+data; "not counted" for SFT runs kept before the expert's were counted) and
+sampled tokens in training rollouts. An SFT -> RL row's cost is the RL run's
+alone; add the SFT row's for the whole recipe.
 """
 
 

@@ -95,7 +95,9 @@ def main_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
         row.append(", ".join(str(r["seed"]) for r in runs))
         trained = [r for r in runs if r["curve"]]
         row.append(_integer_spread(r["cost"]["train_seconds"] for r in trained))
-        row.append(_integer_spread(r["cost"]["env_steps"] for r in trained))
+        uncounted = [r for r in trained if _expert_steps_uncounted(r)]
+        env_steps = _integer_spread(r["cost"]["env_steps"] for r in trained)
+        row.append("not counted" if uncounted else env_steps)
         row.append(_integer_spread(r["cost"]["sampled_tokens"] for r in trained))
         curves = [_rl_curve(r, "success") for r in trained]
         drops = [largest_drop(moving_average(c)) for c in curves if c]
@@ -107,6 +109,14 @@ def main_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
 def _rl_curve(result: dict[str, Any], key: str) -> list[float]:
     """`key` per RL update (SFT updates have no rollouts, hence no success or turns)."""
     return [p[key] for p in result["curve"] if key in p]
+
+
+def _expert_steps_uncounted(result: dict[str, Any]) -> bool:
+    """An SFT run kept before the expert's env steps were counted (its cost says 0)."""
+    algorithm = result["config"].get("algorithm", {})
+    made_data = algorithm.get("expert") is not None
+    counted = any("expert_env_steps" in point for point in result["curve"])
+    return made_data and not counted
 
 
 def _integer_spread(values: Iterable[float]) -> str:

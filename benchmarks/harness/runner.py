@@ -34,6 +34,7 @@ CURVE_KEYS = {
     "env_errors": "rollout/env_errors",
     "tokens": "rollout/generated_tokens",
     "seconds": "step_seconds",
+    "expert_env_steps": "data/expert_env_steps",
 }
 
 
@@ -142,13 +143,15 @@ def cost(
 ) -> dict[str, float]:
     """Training wall time, env steps (actions taken) and sampled tokens of a run.
 
-    `explored`: an evolve stage's explorations (their `explore.json`), which play
-    episodes outside the update curve.
+    Env steps include the expert's when a stage made SFT data. `explored`: an
+    evolve stage's explorations (their `explore.json`), which play episodes
+    outside the update curve.
     """
     steps = sum(
         p.get("turns", 0.0) * (p.get("episodes", 0.0) - p.get("env_errors", 0.0)) for p in curve
     )
     steps += sum(e.get("evolve/env_steps", 0.0) for e in explored)
+    steps += sum(p.get("expert_env_steps", 0.0) for p in curve)  # making SFT data
     tokens = sum(p.get("tokens", 0.0) for p in curve)
     tokens += sum(e.get("evolve/sampled_tokens", 0.0) for e in explored)
     return {
