@@ -77,7 +77,7 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
             "batching": "continuous" if args.child == "ours-continuous" else "static",
         },
         "algorithm": {"name": "grpo"},
-        "scheduler": {"name": "fixed", "max_turns": 1},
+        "scheduler": {"name": "fixed", "max_turns": args.turns},
         "rollout": {
             "max_new_tokens": COMMON["max_new_tokens"],
             "temperature": COMMON["temperature"],
@@ -159,7 +159,9 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
         for t in planned_tasks(args)
     ]
 
-    def env_reward(completions, task_id, **_):
+    def env_reward(completions, task_id, episode_reward=None, **_):
+        if episode_reward is not None:  # multi-turn: the rollout played the episode already
+            return list(episode_reward)
         rewards = []
         for completion, task in zip(completions, task_id, strict=True):
             env.reset(task)
@@ -206,13 +208,18 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
             {} if args.child == "trl-defaults" else {"bf16": False, "gradient_checkpointing": False}
         ),
     )
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    multi_turn = None
+    if args.turns > 1:
+        multi_turn = lockstep_rollout(tokenizer, args.turns, [row["task_id"] for row in rows])
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(model),
         reward_funcs=env_reward,
         args=config,
         train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(model),
+        processing_class=tokenizer,
         callbacks=[StepTimer()],
+        rollout_func=multi_turn,
     )
     generate, rewards = trainer._generate, trainer._calculate_rewards
 
@@ -220,9 +227,12 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         out = generate(prompts)
         spent["generation"] += time.perf_counter() - start
-        prompt_ids, completion_ids = out[0], out[1]
+        prompt_ids, completion_ids, sampled_mask = out[0], out[1], out[2]
         lengths["prompt"] += [len(ids) for ids in prompt_ids]
-        lengths["completion"] += [len(ids) for ids in completion_ids]
+        if sampled_mask is None:
+            lengths["completion"] += [len(ids) for ids in completion_ids]
+        else:  # multi-turn: the model's tokens, not the observations between them
+            lengths["completion"] += [sum(mask) for mask in sampled_mask]
         return out
 
     def timed_rewards(*a, **k):
@@ -234,6 +244,9 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
     trainer._generate, trainer._calculate_rewards = timed_generate, timed_rewards
     baseline = rss_mib()
     trainer.train()
+    if args.turns > 1:  # the rollout function plays the env too
+        phases = {"rollout (lockstep generation + env)": phases["generation"], **phases}
+        del phases["generation"]
     return {
         "seconds": times,
         "phases": phases,
@@ -242,6 +255,95 @@ def run_trl(model: Path, out: Path, args: argparse.Namespace) -> dict:
         "baseline_mib": baseline,
         "peak_mib": peak_rss_mib(),
     }
+
+
+def lockstep_rollout(tokenizer, turns: int, tasks: list[int]):
+    """A multi-turn `rollout_func` for TRL: what a TRL user writes for an env with turns.
+
+    TRL 1.16 has no multi-turn loop of its own for a free-text env (its
+    `environment_factory` path needs a model that emits tool calls), so this plays
+    AgentGym-RL's lockstep loop: every live episode of the batch generates one
+    turn (`model.generate` over the whole conversation so far), then every env
+    steps, until all are done or `turns` is reached. Observation tokens go in the
+    completion with `env_mask` 0, as TRL's docs say.
+    """
+    import torch
+    from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
+
+    from agentgym_core.rollout.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    stop = set(chat.stop_ids)
+    envs: list = []
+    rows = iter(tasks)  # the dataset's rows in order (shuffle_dataset: false)
+
+    def rollout(prompts, trainer):
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        group = trainer.num_generations
+        # the sampler repeats each dataset row `group` times, in dataset order
+        batch = [task for task in [next(rows) for _ in prompts[::group]] for _ in range(group)]
+        while len(envs) < len(prompts):
+            envs.append(BabyAIEnv(BabyAIConfig(levels=LEVELS)))
+        opening = []
+        for env, task, prompt in zip(envs, batch, prompts, strict=True):
+            observation = env.reset(task)
+            if observation != prompt[-1]["content"]:
+                raise RuntimeError(f"prompt order is not the dataset's (task {task})")
+            opening.append(chat.prompt_ids(env.instruction(), observation))
+        completion = [[] for _ in prompts]
+        mask = [[] for _ in prompts]
+        logprobs = [[] for _ in prompts]
+        reward = [0.0 for _ in prompts]
+        live = list(range(len(prompts)))
+        for turn in range(turns):
+            ids = [opening[i] + completion[i] for i in live]
+            width = max(len(x) for x in ids)
+            pad = tokenizer.pad_token_id or 0
+            inputs = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
+            attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+            with torch.no_grad():
+                out = model.generate(
+                    inputs,
+                    attention_mask=attention,
+                    do_sample=True,
+                    temperature=COMMON["temperature"],
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=COMMON["max_new_tokens"],
+                    pad_token_id=pad,
+                    output_scores=True,
+                    return_dict_in_generate=True,
+                )
+            steps = torch.stack(out.scores, dim=1).log_softmax(-1)  # [live, new, vocab]
+            still = []
+            for row, i in enumerate(live):
+                new = out.sequences[row, width:].tolist()
+                end = next((k + 1 for k, t in enumerate(new) if t in stop), len(new))
+                sampled = new[:end]
+                completion[i] += sampled
+                mask[i] += [1] * len(sampled)
+                logprobs[i] += [float(steps[row, k, t]) for k, t in enumerate(sampled)]
+                result = envs[i].step(chat.decode_action(sampled))
+                reward[i] += float(result.reward)
+                if result.done or turn + 1 == turns:
+                    continue
+                delta = chat.observation_ids(result.observation)
+                completion[i] += delta
+                mask[i] += [0] * len(delta)
+                logprobs[i] += [0.0] * len(delta)
+                still.append(i)
+            live = still
+            if not live:
+                break
+        return {
+            "prompt_ids": opening,
+            "completion_ids": completion,
+            "logprobs": logprobs,
+            "env_mask": mask,
+            "episode_reward": reward,
+        }
+
+    return rollout
 
 
 NAMES = {
@@ -262,7 +364,7 @@ def child(args: argparse.Namespace) -> None:
 def spawn(which: str, model: Path, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", which, "--model", str(model)]
     command += ["--updates", str(args.updates), "--tasks", str(args.tasks)]
-    command += ["--group", str(args.group)]
+    command += ["--group", str(args.group), "--turns", str(args.turns)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
@@ -276,6 +378,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--turns", type=int, default=1, help="> 1: BabyAI episodes of up to this many turns"
+    )
+    parser.add_argument(
+        "--trainers", nargs="+", choices=list(NAMES), default=list(NAMES), help="default: all"
+    )
     parser.add_argument("--child", choices=list(NAMES), help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -285,7 +393,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model"
         make_model(model)
-        runs: dict[str, list[dict]] = {name: [] for name in NAMES}
+        runs: dict[str, list[dict]] = {name: [] for name in args.trainers}
         for _ in range(args.repeats):
             for which in runs:  # interleaved: each repeat runs every trainer once
                 runs[which].append(spawn(which, model, args))
@@ -299,26 +407,33 @@ def main() -> None:
     step = {k: median(s for r in v for s in r["seconds"][1:]) for k, v in runs.items()}
     peak = {k: median(r["peak_mib"] for r in v) for k, v in runs.items()}
     grow = {k: median(r["peak_mib"] - r["baseline_mib"] for r in v) for k, v in runs.items()}
-    print(f"{args.tasks} tasks x {args.group} samples per update, {args.updates} updates\n")
+    print(
+        f"{args.tasks} tasks x {args.group} samples per update, {args.updates} updates, "
+        f"up to {args.turns} turns per episode\n"
+    )
     print(
         "| trainer | s / update (median) | agentgym static / this | agentgym continuous / this "
         "| prompt tokens (mean) | completion tokens (mean) | peak RSS MiB | peak above start MiB |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for which, name in NAMES.items():
+    for which in runs:
+        name = NAMES[which]
         prompt = mean(n for r in runs[which] for n in r["prompt_tokens"])
         completion = mean(n for r in runs[which] for n in r["completion_tokens"])
-        ratio = step["ours"] / step[which]
-        continuous = step["ours-continuous"] / step[which]
+        ratio = f"{step['ours'] / step[which]:.2f}x" if "ours" in step else "-"
+        continuous = "-"
+        if "ours-continuous" in step:
+            continuous = f"{step['ours-continuous'] / step[which]:.2f}x"
         print(
-            f"| {name} | {step[which]:.3f} | {ratio:.2f}x | {continuous:.2f}x "
+            f"| {name} | {step[which]:.3f} | {ratio} | {continuous} "
             f"| {prompt:.1f} | {completion:.1f} "
             f"| {peak[which]:.0f} | {grow[which]:.0f} |"
         )
     print("\nPer update, median over updates after the first (seconds):\n")
     print("| trainer | phase | s / update |")
     print("|---|---|---|")
-    for which, name in NAMES.items():
+    for which in runs:
+        name = NAMES[which]
         for phase in runs[which][0]["phases"]:
             value = median(s for r in runs[which] for s in r["phases"][phase][1:])
             print(f"| {name} | {phase} | {value:.3f} |")
