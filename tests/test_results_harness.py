@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,16 @@ from benchmarks.harness.report import (  # noqa: E402
     plot,
     spread,
 )
-from benchmarks.harness.runner import Paths, cost, eval_record, run_arm  # noqa: E402
+from benchmarks.harness.runner import (  # noqa: E402
+    Paths,
+    build_model,
+    cost,
+    eval_record,
+    pipeline_config,
+    run_arm,
+    run_pipeline_once,
+    whole_curve,
+)
 from benchmarks.harness.spec import load_scenario  # noqa: E402
 
 SCENARIO = """
@@ -232,6 +242,35 @@ def test_unknown_scenario_and_arm_keys_are_named(tmp_path):
     (tmp_path / "odd.yaml").write_text(SCENARIO.replace("label: fixed 2", "stage: tune"))
     with pytest.raises(SystemExit, match="arms.short.stage: train or evolve, not 'tune'"):
         load_scenario("odd", tmp_path)
+
+
+def test_whole_curve_keeps_earlier_updates_and_this_process_replays():
+    earlier = {0: {"step": 0, "seconds": 2.0}, 1: {"step": 1, "seconds": 3.0}, 2: {"step": 2}}
+    replayed = [{"step": 2, "seconds": 1.0}, {"step": 3, "seconds": 1.0}]
+    curve, seconds = whole_curve(earlier, replayed)
+    assert [p["step"] for p in curve] == [0, 1, 2, 3] and curve[2] is replayed[0]
+    assert seconds == 5.0  # the earlier process's updates 0 and 1
+    assert whole_curve(earlier, []) == (list(earlier.values()), 5.0)  # finished before: eval only
+
+
+def test_a_killed_and_resumed_run_keeps_its_whole_curve(tmp_path):
+    """A real BabyAI run stopped after update 3 and before its checkpoint, then run again."""
+    from agentgym_core.plugins import PluginHost
+
+    babyai = load_scenario("babyai")
+    arm, host = babyai.arms["fixed-short"], PluginHost()
+    model = build_model(babyai, 0, tmp_path / "model", host, smoke=True)
+    run_dir = tmp_path / "run"
+    config = pipeline_config(babyai, arm, 0, model, run_dir, smoke=True)
+    config["trainer"].update(steps=3, checkpoint_every=2)
+    config["stages"] = config["stages"][:1]  # training only
+    _, first, _ = run_pipeline_once(config, run_dir, host)
+    shutil.rmtree(run_dir / "train" / "checkpoints" / "step-000003")  # killed before it
+    _, curve, earlier_seconds = run_pipeline_once(config, run_dir, host)
+    assert [p["step"] for p in curve] == [0, 1, 2]
+    assert curve[:2] == first[:2] and earlier_seconds == first[0]["seconds"] + first[1]["seconds"]
+    replayed = {k: v for k, v in curve[2].items() if k != "seconds"}
+    assert replayed == {k: v for k, v in first[2].items() if k != "seconds"}  # resume is exact
 
 
 def test_kept_result_is_skipped_not_rerun(scenario, tmp_path):

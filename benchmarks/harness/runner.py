@@ -40,9 +40,14 @@ CURVE_KEYS = {
 
 @dataclass
 class CurveRecorder:
-    """A hook plugin that keeps each update's training metrics."""
+    """A hook plugin that keeps each update's training metrics.
+
+    With `log`, every point is also appended there as it comes, so the curve of
+    a run that is killed and resumed from a checkpoint keeps its earlier updates.
+    """
 
     points: list[dict[str, float]] = field(default_factory=list)
+    log: Path | None = None
 
     @hookimpl
     def agentgym_after_update(self, step: int, metrics: dict[str, float]) -> None:
@@ -53,6 +58,31 @@ class CurveRecorder:
         point = {"step": step}
         point.update({key: metrics[name] for key, name in CURVE_KEYS.items() if name in metrics})
         self.points.append(point)
+        if self.log is not None:
+            with self.log.open("a") as out:
+                out.write(json.dumps(point) + "\n")
+
+
+def logged_points(log: Path) -> dict[int, dict[str, float]]:
+    """Points an earlier process of this run logged, by step (a replayed step: its last)."""
+    if not log.exists():
+        return {}
+    points = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return {point["step"]: point for point in points}
+
+
+def whole_curve(
+    earlier: dict[int, dict[str, float]], points: list[dict[str, float]]
+) -> tuple[list[dict[str, float]], float]:
+    """This process's points after the earlier ones it did not replay; and those ones' seconds.
+
+    A resumed run starts again from its last checkpoint, so the updates an
+    earlier process made after that checkpoint are replayed here (resume is
+    exact) and this process's copy is kept.
+    """
+    first = points[0]["step"] if points else None
+    kept = [point for step, point in sorted(earlier.items()) if first is None or step < first]
+    return kept + points, sum(point.get("seconds", 0.0) for point in kept)
 
 
 @dataclass
@@ -108,8 +138,13 @@ def pipeline_config(
     return config
 
 
-def run_pipeline_once(config: dict[str, Any], run_dir: Path, host: Any) -> tuple[list, list]:
-    """Run the pipeline of `config` (written to `run_dir/harness.yaml`); stages and curve."""
+def run_pipeline_once(config: dict[str, Any], run_dir: Path, host: Any) -> tuple[list, list, float]:
+    """Run the pipeline of `config` (written to `run_dir/harness.yaml`).
+
+    Returns the stages, the whole training curve (earlier processes' updates
+    too, when this one resumed a killed run) and the step seconds of those
+    earlier updates.
+    """
     from agentgym_core.config.load import load_config
     from agentgym_core.run.pipeline import run_pipeline
 
@@ -117,13 +152,16 @@ def run_pipeline_once(config: dict[str, Any], run_dir: Path, host: Any) -> tuple
     path = run_dir / "harness.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     resolved = load_config(path, [], host.registry)
-    recorder = CurveRecorder()
+    log = run_dir / "curve.jsonl"
+    earlier = logged_points(log)
+    recorder = CurveRecorder(log=log)
     host.pm.register(recorder)
     try:
         stages = run_pipeline(resolved, host, show_progress=False)
     finally:
         host.pm.unregister(recorder)
-    return stages, recorder.points
+    curve, earlier_seconds = whole_curve(earlier, recorder.points)
+    return stages, curve, earlier_seconds
 
 
 def eval_record(metrics: dict[str, float]) -> dict[str, Any]:
@@ -218,7 +256,7 @@ def run_arm(
     run_dir = paths.run_dir(scenario.name, arm.name, seed)
     config = pipeline_config(scenario, arm, seed, model, run_dir, smoke=smoke)
     wall = time.perf_counter()
-    stages, curve = run_pipeline_once(config, run_dir, host)
+    stages, curve, earlier_seconds = run_pipeline_once(config, run_dir, host)
     trained = [s for s in stages if s.type != "eval"]
     if trained:
         (run_dir / "final_checkpoint.txt").write_text(str(trained[-1].model))
@@ -235,7 +273,9 @@ def run_arm(
         "evals": {
             s.name.removeprefix("eval-"): eval_record(s.metrics) for s in stages if s.type == "eval"
         },
-        "cost": cost(curve, sum(s.seconds for s in trained), explorations(run_dir)),
+        "cost": cost(
+            curve, earlier_seconds + sum(s.seconds for s in trained), explorations(run_dir)
+        ),
     }
     if explored := explorations(run_dir):
         result["explorations"] = explored
