@@ -138,7 +138,11 @@ def test_an_evolve_arm_runs_agentevol_rounds_and_keeps_its_explorations(tmp_path
     assert result["config"]["stages"][0] == {"name": "train", "type": "evolve"}
     [explored] = result["explorations"]  # smoke: one round after cloning, on 4 tasks
     assert explored["evolve/episodes"] == 4.0
-    assert result["cost"]["env_steps"] == round(explored["evolve/env_steps"]) > 0
+    # each round's fine-tune made the expert data again: its env steps count too
+    expert = [p["expert_env_steps"] for p in result["curve"] if "expert_env_steps" in p]
+    assert len(expert) == 2 and expert[0] == expert[1] > 0
+    assert result["cost"]["env_steps"] == round(explored["evolve/env_steps"] + sum(expert))
+    assert explored["evolve/env_steps"] > 0
     assert result["evals"]["test"]["episodes"] == 4.0
     rounds = tmp_path / "work" / "textcraft" / "seed0" / "evolve" / "train"
     assert sorted(p.name for p in rounds.iterdir() if p.is_dir()) == ["round-0", "round-1"]

@@ -113,7 +113,7 @@ def _rl_curve(result: dict[str, Any], key: str) -> list[float]:
 
 def _expert_steps_uncounted(result: dict[str, Any]) -> bool:
     """An SFT run kept before the expert's env steps were counted (its cost says 0)."""
-    algorithm = result["config"].get("algorithm", {})
+    algorithm = result.get("config", {}).get("algorithm", {})
     made_data = algorithm.get("expert") is not None
     counted = any("expert_env_steps" in point for point in result["curve"])
     return made_data and not counted
