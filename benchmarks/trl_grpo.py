@@ -295,10 +295,10 @@ def lockstep_rollout(tokenizer, turns: int, tasks: list[int]):
         logprobs = [[] for _ in prompts]
         reward = [0.0 for _ in prompts]
         live = list(range(len(prompts)))
+        pad = tokenizer.pad_token_id or 0
         for turn in range(turns):
             ids = [opening[i] + completion[i] for i in live]
             width = max(len(x) for x in ids)
-            pad = tokenizer.pad_token_id or 0
             inputs = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
             attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
             with torch.no_grad():

@@ -95,9 +95,8 @@ def main_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
         row.append(", ".join(str(r["seed"]) for r in runs))
         trained = [r for r in runs if r["curve"]]
         row.append(_integer_spread(r["cost"]["train_seconds"] for r in trained))
-        uncounted = [r for r in trained if _expert_steps_uncounted(r)]
         env_steps = _integer_spread(r["cost"]["env_steps"] for r in trained)
-        row.append("not counted" if uncounted else env_steps)
+        row.append("not counted" if any(map(_expert_steps_uncounted, trained)) else env_steps)
         row.append(_integer_spread(r["cost"]["sampled_tokens"] for r in trained))
         curves = [_rl_curve(r, "success") for r in trained]
         drops = [largest_drop(moving_average(c)) for c in curves if c]
