@@ -6,6 +6,7 @@ from typing import Any
 
 from agentgym_core.api import StepResult
 from agentgym_env_babyai import render
+from agentgym_env_babyai.bot import new_bot
 from agentgym_env_babyai.config import BabyAIConfig
 from agentgym_env_babyai.world import (
     DROP,
@@ -204,13 +205,15 @@ class BabyAIEnv:
 
     def expert_action(self) -> str:
         """Next action of minigrid's BabyAIBot, in our vocabulary (one primitive each)."""
-        from minigrid.utils.baby_ai_bot import BabyAIBot
-
-        if self._bot is None:
-            self._bot = BabyAIBot(self.game)
-            primitive = self._bot.replan()
-        else:
-            primitive = self._bot.replan(self._last_primitive)
+        try:
+            if self._bot is None:
+                self._bot = new_bot(self.game)
+                primitive = self._bot.replan()
+            else:
+                primitive = self._bot.replan(self._last_primitive)
+        except AssertionError:  # the bot lost its way; a fresh one plans from here next turn
+            self._bot = None
+            return "turn left"
         env = self.unwrapped
         if primitive == PICKUP:
             front = env.grid.get(*env.front_pos)

@@ -195,3 +195,32 @@ def test_expert_reaches_easy_goals_in_a_few_macro_actions(env):
                 break
         assert result.info["success"], f"data_idx {task} ({env.task_group(task)})"
     assert sum(turns) / len(turns) <= 2.5, turns
+
+
+@pytest.mark.timeout(60)
+def test_expert_returns_where_the_bot_would_loop_forever(env):
+    """data_idx 68: a locked door and no way to its key; the bot stacked subgoals without end.
+
+    Before the bound on its stack, the first `expert_action` never returned (25 minutes,
+    11 GB); now every turn returns an action and the episode ends at its turn limit.
+    """
+    env.reset(68)
+    actions = [env.expert_action()]
+    for _ in range(19):
+        result = env.step(actions[-1])
+        if result.done:
+            break
+        actions.append(env.expert_action())
+    assert len(actions) >= 2 and all(isinstance(a, str) and a for a in actions)
+
+
+def test_bot_stack_past_its_bound_fails_as_the_bot_does():
+    """Pushing past STACK_LIMIT raises the AssertionError the expert treats as 'lost its way'."""
+    from agentgym_env_babyai.bot import STACK_LIMIT, SubgoalStack
+
+    stack = SubgoalStack()
+    for item in range(STACK_LIMIT):
+        stack.append(item)
+    with pytest.raises(AssertionError, match="more than"):
+        stack.append("one too many")
+    assert len(stack) == STACK_LIMIT

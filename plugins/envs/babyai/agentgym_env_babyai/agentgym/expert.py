@@ -15,6 +15,7 @@ import hashlib
 from typing import Any
 
 from agentgym_env_babyai.agentgym.view import CHECK, View
+from agentgym_env_babyai.bot import new_bot
 
 LOOKAHEAD = 40
 """Primitive steps of the bot's course to compare with (longer than any macro)."""
@@ -39,9 +40,7 @@ class Expert:
 
     def _restart(self) -> None:
         """A new bot from the current state (the bot asserts when it loses its way)."""
-        from minigrid.utils.baby_ai_bot import BabyAIBot
-
-        self.bot = BabyAIBot(self.game)
+        self.bot = new_bot(self.game)
         self.next = self.bot.replan()
 
     def sync(self, primitive: int) -> None:
