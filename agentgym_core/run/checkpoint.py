@@ -116,6 +116,23 @@ def save_learner_checkpoint(
     return checkpoint_dir(output_dir, step)
 
 
+def restore_learner(
+    learner: Learner, resume: Path | None
+) -> tuple[list[dict[str, float]], int, dict[str, Any]]:
+    """Continue from checkpoint `resume` (None: a fresh start): history, first step, extra state.
+
+    Restores the learner's optimizer, shuffle and lr schedule, and the global RNGs.
+    Call it after the learner is built, so that building one does not move the
+    restored RNGs.
+    """
+    if resume is None:
+        return [], 0, {}
+    state = load_trainer_state(resume)
+    learner.load_optimizer_state(state["optimizer"])
+    learner.load_state(state["extra"]["learner"])
+    return list(state["history"]), state["step"], state["extra"]
+
+
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     """Read `trainer_state.pt` and restore the global RNG states it holds."""
     state = torch.load(checkpoint / STATE_FILE, weights_only=False)

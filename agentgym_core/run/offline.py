@@ -41,13 +41,18 @@ from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
-    load_trainer_state,
+    restore_learner,
     save_learner_checkpoint,
 )
 from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import evaluate_model
-from agentgym_core.run.train import TrainResult, TrainStage, eval_settings, rollout_settings
-from agentgym_core.tracking.console import ProgressBar
+from agentgym_core.run.train import (
+    TrainResult,
+    TrainStage,
+    eval_settings,
+    rollout_settings,
+    stage_progress,
+)
 from agentgym_core.types import Trajectory
 
 ROLLOUTS = "rollouts"
@@ -324,27 +329,15 @@ class OfflineStage:
         if self.algorithm.needs.reference:
             reference, _ = load_configured_model(root.model, self.start_model)
         learner = Learner(model, self.algorithm, self._learner_settings(), reference=reference)
-        state = load_trainer_state(resume) if resume else None
-        history: list[dict[str, float]] = list(state["history"]) if state else []
-        first_step = state["step"] if state else 0
-        if state:
-            learner.load_optimizer_state(state["optimizer"])
-            learner.load_state(state["extra"]["learner"])
+        history, first_step, _ = restore_learner(learner, resume)
         if first_step >= trainer.steps:  # finished earlier: a re-run pipeline moves on
             return TrainResult(Path(resume or self.start_model), history, first_step)
         examples, dropped, expert_steps = self._examples(
             ChatFormat(tokenizer, model.generation_config)
         )
-        show = show_progress and distributed.is_main()
-        if show:
+        if show_progress and distributed.is_main():
             print(f"[{self.root.run.name}] {len(examples)} examples ({dropped} left out)")
-        progress = ProgressBar(
-            trainer.steps,
-            first_step,
-            enabled=show,
-            lines=not quiet and distributed.is_main(),
-            label=self.root.run.name,
-        )
+        progress = stage_progress(root, first_step, show=show_progress, quiet=quiet)
         checkpoint = resume or self.start_model
         try:
             for step in range(first_step, trainer.steps):

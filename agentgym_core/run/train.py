@@ -38,7 +38,7 @@ from agentgym_core.run import recovery
 from agentgym_core.run.ahead import RolloutsAhead, ThreadPlayer
 from agentgym_core.run.checkpoint import (
     latest_checkpoint,
-    load_trainer_state,
+    restore_learner,
     save_learner_checkpoint,
 )
 from agentgym_core.run.components import (
@@ -76,6 +76,18 @@ def rollout_settings(root: Any, *, max_turns: int, seed: int) -> RolloutSettings
         concurrency=block.concurrency,
         seed=seed,
         frames=root.tracking.frames,
+    )
+
+
+def stage_progress(root: Any, first_step: int, *, show: bool, quiet: bool) -> ProgressBar:
+    """A stage's progress bar and update lines, drawn by the main rank only."""
+    main = distributed.is_main()
+    return ProgressBar(
+        root.trainer.steps,
+        first_step,
+        enabled=show and main,
+        lines=not quiet and main,
+        label=root.run.name,
     )
 
 
@@ -142,12 +154,7 @@ class TrainStage:
         learner = Learner(
             model, algorithm, self._learner_settings(model), reference=reference, critic=critic
         )
-        state = load_trainer_state(resume) if resume else None
-        history: list[dict[str, float]] = list(state["history"]) if state else []
-        first_step = state["step"] if state else 0
-        if state:
-            learner.load_optimizer_state(state["optimizer"])
-            learner.load_state(state["extra"]["learner"])
+        history, first_step, saved = restore_learner(learner, resume)
         staleness = trainer.max_staleness
         # stale rollouts play on their own copy of the weights while the learner trains its own
         rollout_model = copy.deepcopy(learner.unwrapped) if staleness else learner.unwrapped
@@ -159,14 +166,7 @@ class TrainStage:
             env_threads=root.rollout.env_threads,
         )
         train_tasks = evaluation_tasks(self.components.env_factory, "train", None)
-        show = show_progress and distributed.is_main()
-        progress = ProgressBar(
-            trainer.steps,
-            first_step,
-            enabled=show,
-            lines=not quiet and distributed.is_main(),
-            label=self.root.run.name,
-        )
+        progress = stage_progress(root, first_step, show=show_progress, quiet=quiet)
         checkpoint = resume or self.start_model
         ahead = None
         if staleness:
@@ -176,7 +176,7 @@ class TrainStage:
                 staleness=staleness,
                 steps=trainer.steps,
             )
-            ahead.restore(state["extra"].get("ahead", []) if state else [])
+            ahead.restore(saved.get("ahead", []))
         try:
             for step in range(first_step, trainer.steps):
                 if ahead is None:
