@@ -33,7 +33,7 @@ from benchmarks.harness.runner import (  # noqa: E402
     run_pipeline_once,
     whole_curve,
 )
-from benchmarks.harness.spec import load_scenario  # noqa: E402
+from benchmarks.harness.spec import load_scenario, scenario_names  # noqa: E402
 
 SCENARIO = """
 title: Toy
@@ -246,6 +246,18 @@ def test_unknown_scenario_and_arm_keys_are_named(tmp_path):
     (tmp_path / "odd.yaml").write_text(SCENARIO.replace("label: fixed 2", "stage: tune"))
     with pytest.raises(SystemExit, match="arms.short.stage: train or evolve, not 'tune'"):
         load_scenario("odd", tmp_path)
+    (tmp_path / "cut.yaml").write_text(SCENARIO.replace("big model,", "big model (7B, chat),"))
+    with pytest.raises(SystemExit, match=r"paper.rows.0: keys must be name and values"):
+        load_scenario("cut", tmp_path)  # the unquoted comma cut the name short
+    (tmp_path / "short.yaml").write_text(SCENARIO.replace("values: [50.0]", "values: []"))
+    with pytest.raises(SystemExit, match=r"paper.rows.0: 0 values for 1 columns"):
+        load_scenario("short", tmp_path)
+
+
+def test_shipped_scenarios_load():
+    """Every scenario in benchmarks/results/configs passes the loader's checks."""
+    for name in scenario_names():
+        assert load_scenario(name).arms
 
 
 def test_whole_curve_keeps_earlier_updates_and_this_process_replays():

@@ -203,7 +203,8 @@ def _band(axis: Any, runs: list[dict[str, Any]], key: str, label: str) -> Any:
     series = [moving_average(c[:length]) for c in curves]
     steps = list(range(1, length + 1))
     mean = [sum(column) / len(column) for column in zip(*series, strict=True)]
-    (line,) = axis.plot(steps, mean, label=f"{label} ({len(runs)} seeds)")
+    seeds = f"{len(runs)} seed" + ("" if len(runs) == 1 else "s")
+    (line,) = axis.plot(steps, mean, label=f"{label} ({seeds})")
     lows = [min(column) for column in zip(*series, strict=True)]
     highs = [max(column) for column in zip(*series, strict=True)]
     axis.fill_between(steps, lows, highs, color=line.get_color(), alpha=0.2)

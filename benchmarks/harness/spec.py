@@ -93,7 +93,23 @@ def load_scenario(name: str, directory: Path = CONFIGS) -> Scenario:
             raise SystemExit(f"{path}: arms.{arm_name}.stage: train or evolve, not {stage!r}")
         if spec:
             raise SystemExit(f"{path}: arms.{arm_name}: unknown keys {sorted(spec)}")
+    check_paper(data.get("paper", {}), path)
     return Scenario(name=name, arms=arms, **data)
+
+
+def check_paper(paper: dict[str, Any], path: Path) -> None:
+    """Each paper row is a name and one value per column.
+
+    An unquoted comma in a YAML flow mapping (`{name: a (b, c), ...}`) ends the
+    name and adds a key; caught here rather than printed as a cut-off row.
+    """
+    columns = len(paper.get("columns", []))
+    for index, row in enumerate(paper.get("rows", [])):
+        where = f"{path}: paper.rows.{index}"
+        if set(row) != {"name", "values"}:
+            raise SystemExit(f"{where}: keys must be name and values, got {sorted(map(str, row))}")
+        if len(row["values"]) != columns:
+            raise SystemExit(f"{where}: {len(row['values'])} values for {columns} columns")
 
 
 def scenario_names(directory: Path = CONFIGS) -> list[str]:
