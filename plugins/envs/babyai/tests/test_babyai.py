@@ -124,3 +124,17 @@ def test_level_generator_is_silent(capsys):
     for task in env.tasks("train")[:30]:
         env.reset(task)
     assert capsys.readouterr().out == ""
+
+
+def test_expert_starts_a_fresh_bot_after_the_bot_loses_its_way(env):
+    """A bot that fails (an AssertionError, as the stack bound raises) costs one turn, not the run."""
+
+    class LostBot:
+        def replan(self, action=None):
+            raise AssertionError("lost")
+
+    env.reset(env.tasks("test")[0])
+    env.expert_action()
+    env._bot = LostBot()
+    assert env.expert_action() == "turn left" and env._bot is None
+    assert env.expert_action() in env.valid_actions() and env._bot is not None
