@@ -127,7 +127,7 @@ def test_level_generator_is_silent(capsys):
 
 
 def test_expert_starts_a_fresh_bot_after_the_bot_loses_its_way(env):
-    """A bot that fails (an AssertionError, as the stack bound raises) costs one turn, not the run."""
+    """A failing bot (an AssertionError, as the stack bound raises) costs one turn, not a run."""
 
     class LostBot:
         def replan(self, action=None):
