@@ -39,7 +39,7 @@ from accelerate.utils import DistributedType
 from agentgym_core import distributed
 from agentgym_core.interfaces import Algorithm, CriticSpec, LossInputs
 from agentgym_core.learner.critic import Critic, ValueHead, hidden_size, last_hidden_state
-from agentgym_core.learner.decoupled import importance_weights
+from agentgym_core.learner.decoupled import ImportanceTally, importance_weights
 from agentgym_core.learner.packing import MicroBatch, pack, unpack
 from agentgym_core.policies.constraints import allowed_mask
 from agentgym_core.types import Trajectory, TrajectoryBatch
@@ -212,6 +212,7 @@ class Learner:
             self.critic_scheduler = self._lr_schedule(self.critic_optimizer)
         self._shuffle = random.Random(settings.seed)
         self._on_policy = True
+        self._tally: ImportanceTally | None = None
         self._drift, self._drift_tokens = 0.0, 0
 
     def _adamw(self, module: Any, lr: float) -> torch.optim.Optimizer:
@@ -329,9 +330,12 @@ class Learner:
         slots = real = 0
         steps = 0
         decoupled = {}
-        if self.settings.importance_cap is not None:
-            decoupled = self._decouple(trainable, self.settings.importance_cap)
         self._on_policy = self.settings.epochs == 1 and self.settings.mini_batches == 1
+        cap = self.settings.importance_cap
+        # one optimizer step: the loss's own forward pass is the proximal policy (see decoupled)
+        self._tally = ImportanceTally(cap) if cap is not None and self._on_policy else None
+        if cap is not None and not self._on_policy:
+            decoupled = self._decouple(trainable, cap)
         self._drift, self._drift_tokens = 0.0, 0
         drift = None
         if decoupled:  # the "old" log-probabilities are the proximal ones already
@@ -347,7 +351,10 @@ class Learner:
                 slots, real = slots + mb_slots, real + mb_real
                 steps += 1
         result = {k: v / max(weight, 1.0) for k, v in sums.items()}
-        if drift is None:
+        if self._tally is not None:
+            decoupled = self._tally.stats()
+            drift = decoupled.pop("behaviour_logprob_diff")
+        elif drift is None:
             seen = distributed.sum_over_ranks({"diff": self._drift, "tokens": self._drift_tokens})
             drift = seen["diff"] / max(seen["tokens"], 1)
         result["sampler_logprob_diff"] = drift
@@ -565,16 +572,19 @@ class Learner:
         # gradient that of log pi. Using the learner's own values keeps the update a
         # deterministic function of the tokens; the sampler's are only compared.
         old = logprobs.detach() if self._on_policy else sampler
-        if self._on_policy and real:
-            mask = mb.mask.to(device)
+        mask = mb.mask.to(device)
+        advantages = mb.advantages.to(device)
+        if self._tally is not None:  # sampled by stale weights: scale by the behaviour weight
+            advantages = advantages * self._tally.weigh(old, sampler, mask, tally=real)
+        elif self._on_policy and real:
             self._drift += float(((old - sampler).abs() * mask).sum())
             self._drift_tokens += int(mask.sum())
         with_critic = self.critic is not None
         return LossInputs(
             logprobs=logprobs,
             old_logprobs=old,
-            advantages=mb.advantages.to(device),
-            mask=mb.mask.to(device),
+            advantages=advantages,
+            mask=mask,
             entropy=entropy,
             normalizer=normalizer,
             ref_logprobs=mb.ref_logprobs.to(device) if self.reference is not None else None,
