@@ -4,6 +4,8 @@ Same tiny model, same BabyAI tasks, same per-request seeds (so both loops play
 exactly the same tokens), with an injected environment latency per step.
 Reports episodes/s of both, their ratio, and the async wall time divided by
 max(generation-only time, environment-only time): 1.0 would be perfect overlap.
+No schedule finishes before the larger of those two, so lockstep wall over it
+(the last column) is the most any async engine could gain over lockstep here.
 
     .venv/bin/python benchmarks/rollout.py --episodes 64 --turns 5 --latency-ms 0 20 100
 
@@ -177,9 +179,10 @@ def main() -> None:
 
     print(
         "| env latency | batching | async episodes/s | lockstep episodes/s | async / lockstep | "
-        "async wall / max(gen-only, env-only) |"
+        "async wall / max(gen-only, env-only) | gen-only s | env-only s | "
+        "lockstep / max(gen-only, env-only) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
 
     def timed_run(policy: HFPolicy) -> tuple[float, list]:
         engine = RolloutEngine(make_env, policy, chat, env_threads=args.episodes)
@@ -210,7 +213,11 @@ def main() -> None:
             a = statistics.median(async_times[mode])
             bound = max(statistics.median(gen_times[mode]), statistics.median(env_times))
             cells = [f"{latency_ms:.0f} ms", mode, f"{n / a:.1f}", f"{n / lk:.1f}"]
-            print("| " + " | ".join([*cells, f"{lk / a:.2f}x", f"{a / bound:.2f}"]) + " |")
+            cells += [f"{lk / a:.2f}x", f"{a / bound:.2f}"]
+            # no schedule beats the larger part: the last column is the best async / lockstep
+            gen, env = statistics.median(gen_times[mode]), statistics.median(env_times)
+            cells += [f"{gen:.2f}", f"{env:.2f}", f"{lk / bound:.2f}x"]
+            print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
