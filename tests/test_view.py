@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -98,7 +99,17 @@ def browser():
 def shot(driver, path: Path, *texts: str) -> None:
     """Save a screenshot; it must not be blank and the page must show `texts`."""
     from PIL import Image
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
 
+    def shown(d) -> bool:
+        return all(t in d.find_element("tag name", "body").text for t in texts)
+
+    # a click's navigation may still be on its way; if the texts never come, the
+    # assertion below names what is missing
+    wait = WebDriverWait(driver, 10, ignored_exceptions=[StaleElementReferenceException])
+    with contextlib.suppress(TimeoutException):
+        wait.until(shown)
     driver.save_screenshot(str(path))
     with Image.open(path) as image:
         colours = image.convert("RGB").getcolors(maxcolors=1 << 20) or []
@@ -136,7 +147,7 @@ def test_stages_episodes_and_refusals_over_http(viewer, run_dir):
 
 
 def test_browse_a_run_in_chromium(viewer, browser, tmp_path):
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     browser.get(viewer.url + "/")
     shot(browser, tmp_path / "overview.png", "viewrun", "GoToObj", "Training: train", "Evaluations")
@@ -144,7 +155,8 @@ def test_browse_a_run_in_chromium(viewer, browser, tmp_path):
     Select(browser.find_element("id", "success")).select_by_visible_text("failed")
     browser.find_element("name", "min_turns").send_keys("2")
     browser.find_element("id", "apply").click()
-    assert "success=0" in browser.current_url
+    # the form's navigation ends after click() returns: wait for it, not read the old URL
+    WebDriverWait(browser, 10).until(lambda driver: "success=0" in driver.current_url)
     shot(browser, tmp_path / "failures.png", "episodes match", "no")
     outcomes = [
         td.text for td in browser.find_elements("css selector", "table.episodes td:nth-child(7)")
