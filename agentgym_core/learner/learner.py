@@ -516,7 +516,9 @@ class Learner:
 
     @torch.no_grad()
     def _decouple(self, trajectories: list[Trajectory], cap: float) -> dict[str, float]:
-        """Decoupled PPO for stale rollouts (see `decoupled`); returns the weights' statistics.
+        """Decoupled PPO, weighed up front (several optimizer steps per batch; see `decoupled`).
+
+        Returns the weights' statistics.
 
         The "old" log-probabilities become the proximal ones (the learner's now) and each
         token's advantage is scaled by its truncated behaviour weight.
