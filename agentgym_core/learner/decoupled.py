@@ -19,8 +19,8 @@ loss, which is how the learner applies it.
 With one optimizer step per batch (`epochs: 1, mini_batches: 1`) the proximal
 policy is the one the loss's own forward pass evaluates, so the learner takes
 the proximal log-probabilities from that pass (`ImportanceTally`) instead of
-a forward pass of its own over every trajectory first: the same objective for
-about a third less learner time. With more steps per batch the proximal
+a forward pass of its own over every trajectory first: the same objective,
+one forward pass fewer per trajectory. With more steps per batch the proximal
 values must be fixed before the first step, and the learner computes them
 up front (`importance_weights`).
 """
@@ -66,7 +66,7 @@ class ImportanceTally:
 
     cap: float
     weight_sum: float = 0.0
-    largest: float = 1.0
+    largest: float = 0.0
     truncated: int = 0
     tokens: int = 0
     diff: float = 0.0
@@ -76,15 +76,16 @@ class ImportanceTally:
     ) -> torch.Tensor:
         """min(exp(proximal - behaviour), cap) where mask, else 0; counted when `tally`."""
         sampled = mask.bool()
-        ratio = torch.exp(proximal.detach().float() - behaviour.float())
+        gap = proximal.detach().float() - behaviour.float()
+        ratio = torch.exp(gap)
         weights = torch.where(sampled, ratio.clamp(max=self.cap), torch.zeros_like(ratio))
         if tally and bool(sampled.any()):
             raw = ratio[sampled]
             self.weight_sum += float(weights[sampled].sum())
-            self.largest = max(self.largest, float(raw.max())) if self.tokens else float(raw.max())
+            self.largest = max(self.largest, float(raw.max()))
             self.truncated += int((raw > self.cap).sum())
             self.tokens += int(sampled.sum())
-            self.diff += float((proximal.detach().float() - behaviour.float())[sampled].abs().sum())
+            self.diff += float(gap[sampled].abs().sum())
         return weights.to(proximal.dtype)
 
     def stats(self) -> dict[str, float]:
@@ -93,6 +94,6 @@ class ImportanceTally:
         return {
             "behaviour_logprob_diff": self.diff / tokens,
             "importance_weight_mean": self.weight_sum / tokens,
-            "importance_weight_max": self.largest,
+            "importance_weight_max": self.largest if self.tokens else 1.0,
             "importance_truncated_fraction": self.truncated / tokens,
         }

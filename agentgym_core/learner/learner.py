@@ -518,10 +518,9 @@ class Learner:
     def _decouple(self, trajectories: list[Trajectory], cap: float) -> dict[str, float]:
         """Decoupled PPO, weighed up front (several optimizer steps per batch; see `decoupled`).
 
-        Returns the weights' statistics.
-
         The "old" log-probabilities become the proximal ones (the learner's now) and each
-        token's advantage is scaled by its truncated behaviour weight.
+        token's advantage is scaled by its truncated behaviour weight. Returns the weights'
+        statistics.
         """
         model = self.unwrapped
         model.eval()
