@@ -19,7 +19,10 @@ What is here:
   `clipped_loss_with_kl_and_entropy` and its options `ClippedLossOptions`,
   `clipped_value_loss`, `entropy_bonus`, `kl_k3`, `kl_penalty`, `masked_mean`)
   and reward placement (`token_rewards`, `agent_positions`, `agent_values`,
-  `spread`, `whiten`);
+  `spread`, `whiten`, `turn_spans`), the group baseline (`group_normalize`,
+  `GroupStd`);
+- task ids over (kind, seed) pairs for environment plugins (`seeded_task_ids`,
+  `seeded_task`, `SeededTask`, `TEST_SEED_OFFSET`);
 - helpers for policy plugins: `ActionConstraint` (constrained decoding),
   `ChatFormat`, `Message`, `ContextWindowExceeded`;
 - data: `read_items`, `read_pairs`, `AgentTrajItem`, `AgentTrajPair` (AgentTraj JSON);
@@ -78,15 +81,19 @@ if TYPE_CHECKING:
         masked_mean,
     )
     from agentgym_core.learner.rewards import (
+        GroupStd,
         agent_positions,
         agent_values,
+        group_normalize,
         spread,
         token_rewards,
+        turn_spans,
         whiten,
     )
     from agentgym_core.policies.constraints import ActionConstraint
     from agentgym_core.rollout.chat import ChatFormat
     from agentgym_core.rollout.text import ContextWindowExceeded, Message, TextPolicy
+    from agentgym_core.tasks import TEST_SEED_OFFSET, SeededTask, seeded_task, seeded_task_ids
     from agentgym_core.testing import EnvironmentCheckError, check_environment
 
 _LAZY = {
@@ -104,15 +111,19 @@ _LAZY = {
         "masked_mean",
     ),
     "agentgym_core.learner.rewards": (
+        "GroupStd",
         "agent_positions",
         "agent_values",
+        "group_normalize",
         "spread",
         "token_rewards",
+        "turn_spans",
         "whiten",
     ),
     "agentgym_core.policies.constraints": ("ActionConstraint",),
     "agentgym_core.rollout.chat": ("ChatFormat",),
     "agentgym_core.rollout.text": ("ContextWindowExceeded", "Message", "TextPolicy"),
+    "agentgym_core.tasks": ("TEST_SEED_OFFSET", "SeededTask", "seeded_task", "seeded_task_ids"),
     "agentgym_core.testing": ("EnvironmentCheckError", "check_environment"),
 }
 """Module -> names it lends this API, imported on first access (PEP 562)."""
@@ -120,6 +131,7 @@ _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "PROJECT",
+    "TEST_SEED_OFFSET",
     "ActionConstraint",
     "AgentTrajItem",
     "AgentTrajPair",
@@ -134,6 +146,7 @@ __all__ = [
     "EnvironmentCheckError",
     "ExpertEnvironment",
     "Generation",
+    "GroupStd",
     "HorizonScheduler",
     "LossInputs",
     "Message",
@@ -143,6 +156,7 @@ __all__ = [
     "Problem",
     "Register",
     "SamplingParams",
+    "SeededTask",
     "SequenceInputs",
     "StepResult",
     "TaskId",
@@ -159,14 +173,18 @@ __all__ = [
     "clipped_policy_loss",
     "clipped_value_loss",
     "entropy_bonus",
+    "group_normalize",
     "hookimpl",
     "kl_k3",
     "kl_penalty",
     "masked_mean",
     "read_items",
     "read_pairs",
+    "seeded_task",
+    "seeded_task_ids",
     "spread",
     "token_rewards",
+    "turn_spans",
     "whiten",
 ]
 

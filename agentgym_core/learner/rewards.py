@@ -8,19 +8,47 @@ k + 1) and never rewarded. The outcome reward sits on the last token the agent
 *generated*, also when the sequence ends with observation tokens, so it always
 reaches the advantages (AgentGym-RL puts it on the last token of the sequence,
 a masked observation token there, and loses it).
+
+Also here, for the group-based algorithms: `group_normalize`, the one group
+baseline, and `turn_spans`, which token positions belong to which turn.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal, TypeAlias
 
 from agentgym_core.types import Trajectory
+
+GroupStd: TypeAlias = Literal["population", "sample", "none"]
+"""How `group_normalize` scales: by the std over n, over n - 1, or not at all."""
 
 
 def agent_positions(trajectory: Trajectory) -> list[int]:
     """Positions of the tokens the agent generated, in order."""
     return [i for i, m in enumerate(trajectory.loss_mask) if m]
+
+
+def turn_spans(trajectory: Trajectory) -> list[tuple[int, int]]:
+    """[start, end) of each turn's sampled tokens: the runs of 1s in the loss mask.
+
+    Raises ValueError unless there is exactly one run per turn, the layout the
+    rollout writes (an observation token always separates two turns).
+    """
+    spans, start = [], None
+    for i, m in enumerate([*trajectory.loss_mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    if len(spans) != trajectory.num_turns:
+        raise ValueError(
+            f"task {trajectory.task_id}: {len(spans)} runs of sampled tokens for "
+            f"{trajectory.num_turns} turns; per-turn values need one run per turn"
+        )
+    return spans
 
 
 def token_rewards(trajectory: Trajectory, *, outcome: float, kl_coef: float = 0.0) -> list[float]:
@@ -84,3 +112,27 @@ def whiten(trajectories: Sequence[Trajectory], *, eps: float = 1e-8) -> None:
             (a - mean) / (std + eps) if m else 0.0
             for a, m in zip(t.advantages, t.loss_mask, strict=True)
         ]
+
+
+def group_normalize(values: Sequence[float], *, std: GroupStd, eps: float) -> list[float]:
+    """(v - mean) / (std + eps) over one group, or v - mean with `std="none"`.
+
+    The std is an explicit choice because implementations differ and results
+    depend on it: `population` divides the squared deviations by n (GRPO's
+    reference code), `sample` by n - 1 (`torch.std`, as verl-agent). A lone value
+    has no sample std; it gives [0.0]. Equal values may leave a rounding residue
+    of the mean rather than exact zeros; callers that need exact zeros check first.
+    """
+    if not values:
+        return []
+    mean = sum(values) / len(values)
+    centered = [v - mean for v in values]
+    if std == "none":
+        return centered
+    if std not in ("population", "sample"):
+        raise ValueError(f"std must be 'population', 'sample' or 'none', got {std!r}")
+    divisor = len(values) - 1 if std == "sample" else len(values)
+    if divisor == 0:
+        return centered
+    scale = math.sqrt(sum(c * c for c in centered) / divisor)
+    return [c / (scale + eps) for c in centered]

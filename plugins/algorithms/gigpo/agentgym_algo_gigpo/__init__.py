@@ -7,9 +7,8 @@ from agentgym_algo_gigpo.loss import (
     discounted_returns,
     episode_advantages,
     step_advantages,
-    turn_spans,
 )
-from agentgym_core.api import hookimpl
+from agentgym_core.api import hookimpl, turn_spans
 
 __all__ = [
     "GiGPO",

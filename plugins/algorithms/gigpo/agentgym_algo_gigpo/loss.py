@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agentgym_core.api import (
     AlgorithmNeeds,
     ClippedLossOptions,
+    GroupStd,
     LossInputs,
     Trajectory,
     TrajectoryBatch,
     clipped_loss_with_kl_and_entropy,
+    group_normalize,
+    turn_spans,
 )
 
 
@@ -46,10 +49,13 @@ class GiGPOConfig(ClippedLossOptions):
     gamma: float = Field(
         0.95, ge=0, le=1, description="Discount of the per-turn rewards in each turn's return."
     )
-    scale_by_std: bool = Field(
-        True,
-        description="Divide both advantages by their group's std (verl-agent's mean_std_norm); "
-        "false: mean-centred only (mean_norm).",
+    std: GroupStd = Field(
+        "sample",
+        description="Divide both advantages by their group's std: sample (over n - 1, "
+        "verl-agent's mean_std_norm), population (over n, as grpo), or none: mean-centred "
+        "only, verl-agent's default mean_norm. The default divides, unlike verl-agent's; it "
+        "stays because kept results depend on it. The older `scale_by_std: false` still "
+        "reads as none.",
     )
     episode_stats: Literal["trajectory", "step"] = Field(
         "trajectory",
@@ -67,20 +73,24 @@ class GiGPOConfig(ClippedLossOptions):
         "returns within every state group): they only dilute the token mean.",
     )
 
-
-def _normalized(values: Sequence[float], *, scale_by_std: bool, eps: float) -> list[float]:
-    """(v - mean) / (std + eps), sample std (n - 1) as verl-agent's torch.std.
-
-    A single value, or equal values, give exactly 0 (no rounding residue from the mean).
-    """
-    if len(set(values)) < 2:
-        return [0.0] * len(values)
-    mean = sum(values) / len(values)
-    centered = [v - mean for v in values]
-    if not scale_by_std:
-        return centered
-    std = math.sqrt(sum(c * c for c in centered) / (len(values) - 1))
-    return [c / (std + eps) for c in centered]
+    @model_validator(mode="before")
+    @classmethod
+    def _older_scale_by_std(cls, data: Any) -> Any:
+        """Read `scale_by_std`, which `std` replaced: false is `std: none`."""
+        if not isinstance(data, dict) or "scale_by_std" not in data:
+            return data
+        data = dict(data)
+        scale = data.pop("scale_by_std")
+        if not isinstance(scale, bool):
+            raise ValueError(f"scale_by_std must be true or false, got {scale!r}; prefer `std`")
+        if "std" in data and (data["std"] == "none") == scale:
+            raise ValueError(
+                f"scale_by_std: {str(scale).lower()} contradicts std: {data['std']}; "
+                "give only `std` (scale_by_std is its older spelling)"
+            )
+        if not scale:
+            data["std"] = "none"
+        return data
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
@@ -108,24 +118,30 @@ def anchor_states(trajectory: Trajectory) -> list[Hashable]:
 
 
 def episode_advantages(
-    group: Sequence[Trajectory], *, scale_by_std: bool, eps: float, stats: str = "trajectory"
+    group: Sequence[Trajectory], *, std: GroupStd, eps: float, stats: str = "trajectory"
 ) -> list[float]:
-    """One advantage per trajectory: its reward normalised within the group (0 if alone)."""
+    """One advantage per trajectory: its reward normalised within the group.
+
+    Equal rewards, or a trajectory alone, give exactly 0 (no rounding residue from the mean).
+    """
     rewards = [t.reward for t in group]
     if len(set(rewards)) < 2:
         return [0.0] * len(group)
     if stats == "trajectory":
-        return _normalized(rewards, scale_by_std=scale_by_std, eps=eps)
+        return group_normalize(rewards, std=std, eps=eps)
+    # `step`: mean and std over the turns, each trajectory counted once per turn; `** 2`
+    # stays (it rounds differently from c * c) so kept runs reproduce bit for bit
     counted = [t.reward for t in group for _ in range(t.num_turns)]
     mean = sum(counted) / len(counted)
-    if not scale_by_std:
+    if std == "none":
         return [r - mean for r in rewards]
-    std = math.sqrt(sum((r - mean) ** 2 for r in counted) / (len(counted) - 1))
-    return [(r - mean) / (std + eps) for r in rewards]
+    divisor = len(counted) - 1 if std == "sample" else len(counted)
+    scale = math.sqrt(sum((r - mean) ** 2 for r in counted) / divisor)
+    return [(r - mean) / (scale + eps) for r in rewards]
 
 
 def step_advantages(
-    group: Sequence[Trajectory], *, gamma: float, scale_by_std: bool, eps: float
+    group: Sequence[Trajectory], *, gamma: float, std: GroupStd, eps: float
 ) -> list[list[float]]:
     """Per trajectory, per turn: the turn's return normalised within its anchor-state group.
 
@@ -139,28 +155,11 @@ def step_advantages(
     out = [[0.0] * len(r) for r in returns]
     for cells in members.values():
         values = [returns[i][k] for i, k in cells]
-        for (i, k), value in zip(
-            cells, _normalized(values, scale_by_std=scale_by_std, eps=eps), strict=True
-        ):
+        if len(set(values)) < 2:
+            continue  # met once, or equal returns: exactly 0, no rounding residue
+        for (i, k), value in zip(cells, group_normalize(values, std=std, eps=eps), strict=True):
             out[i][k] = value
     return out
-
-
-def turn_spans(trajectory: Trajectory) -> list[tuple[int, int]]:
-    """[start, end) of each turn's sampled tokens: the runs of 1s in the loss mask."""
-    spans, start = [], None
-    for i, m in enumerate([*trajectory.loss_mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    if len(spans) != trajectory.num_turns:
-        raise ValueError(
-            f"task {trajectory.task_id}: {len(spans)} runs of sampled tokens for "
-            f"{trajectory.num_turns} turns; GiGPO needs one run per turn"
-        )
-    return spans
 
 
 def _per_token(trajectory: Trajectory, per_turn: Sequence[float]) -> list[float]:
@@ -185,10 +184,8 @@ class GiGPO:
     def turn_advantages(self, group: Sequence[Trajectory]) -> list[list[float]]:
         """A_episode + omega * A_step for each turn of each trajectory of one group."""
         c = self.config
-        episode = episode_advantages(
-            group, scale_by_std=c.scale_by_std, eps=c.eps, stats=c.episode_stats
-        )
-        step = step_advantages(group, gamma=c.gamma, scale_by_std=c.scale_by_std, eps=c.eps)
+        episode = episode_advantages(group, std=c.std, eps=c.eps, stats=c.episode_stats)
+        step = step_advantages(group, gamma=c.gamma, std=c.std, eps=c.eps)
         return [[e + c.omega * s for s in steps] for e, steps in zip(episode, step, strict=True)]
 
     def advantages(self, batch: TrajectoryBatch) -> None:

@@ -103,7 +103,7 @@ def test_step_advantages_by_hand():
     # S0 {0.5, 0.25, 0}: mean 0.25, sample std 0.25 -> +1, 0, -1
     # B {T2: 0.5, T3: 0}: mean 0.25, sample std 0.25 * sqrt 2 -> +1/sqrt 2, -1/sqrt 2
     # A {T1: 1, T2: 1}: equal -> 0, 0;  C {T3: 0}: met once -> 0
-    got = step_advantages(_group(), gamma=0.5, scale_by_std=True, eps=1e-12)
+    got = step_advantages(_group(), gamma=0.5, std="sample", eps=1e-12)
     want = [[1, 0], [0, 1 / R2, 0], [-1, -1 / R2, 0]]
     for row, expected in zip(got, want, strict=True):
         assert row == pytest.approx(expected, abs=1e-9)
@@ -135,7 +135,7 @@ def test_combined_per_turn_advantages_mean_only():
 def test_gamma_one_makes_every_turn_of_a_success_equal():
     # gamma 1: returns T1 [1, 1], T2 [1, 1, 1], T3 [0, 0, 0]
     # S0 {1, 1, 0} -> 1/3, 1/3, -2/3;  B {1, 0} -> 0.5, -0.5;  A {1, 1} -> 0
-    got = step_advantages(_group(), gamma=1.0, scale_by_std=False, eps=1e-6)
+    got = step_advantages(_group(), gamma=1.0, std="none", eps=1e-6)
     want = [[1 / 3, 0], [1 / 3, 0.5, 0], [-2 / 3, -0.5, 0]]
     for row, expected in zip(got, want, strict=True):
         assert row == pytest.approx(expected, abs=1e-12)
@@ -179,7 +179,7 @@ def test_a_state_revisited_in_one_trajectory_is_grouped_with_itself():
     # S0 -> A -> A -> G: "A" is met before turns 2 and 3 with returns 0.5 and 1 (gamma 0.5)
     t = _traj(0, [("A", 0.0), ("A", 0.0), ("G", 1.0)])
     u = _traj(0, [("B", 0.0), ("B", 0.0), ("B", 0.0)])
-    got = step_advantages([t, u], gamma=0.5, scale_by_std=False, eps=1e-6)
+    got = step_advantages([t, u], gamma=0.5, std="none", eps=1e-6)
     assert got[0] == pytest.approx([0.125, -0.25, 0.25])  # S0 {0.25, 0}; A {0.5, 1}
     assert got[1] == pytest.approx([-0.125, 0.0, 0.0])  # B {0, 0}
 
@@ -272,3 +272,21 @@ def test_registers_through_the_hook():
     assert registration.config is GiGPOConfig
     algorithm = registration.factory(registration.config.model_validate({"omega": 0.5}))
     assert algorithm.config.omega == 0.5
+
+
+def test_std_is_sample_by_default_population_on_request():
+    # omega 0: episode rewards 1, 1, 0 -> mean 2/3, deviations 1/3, 1/3, -2/3, squares sum 2/3
+    # sample std sqrt(1/3) -> 1/sqrt 3, ..., -2/sqrt 3; population std sqrt(2/9) -> 1/sqrt 2, ...
+    assert GiGPOConfig().std == "sample"
+    sample = [row[0] for row in _per_turn(GiGPOConfig(omega=0.0, eps=1e-12), _group())]
+    assert sample == pytest.approx([1 / R3, 1 / R3, -2 / R3])
+    config = GiGPOConfig(omega=0.0, eps=1e-12, std="population")
+    population = [row[0] for row in _per_turn(config, _group())]
+    assert population == pytest.approx([1 / R2, 1 / R2, -R2])
+
+
+def test_older_scale_by_std_key_still_loads():
+    assert GiGPOConfig.model_validate({"scale_by_std": False}).std == "none"
+    assert GiGPOConfig.model_validate({"scale_by_std": True}).std == "sample"
+    with pytest.raises(ValidationError, match="contradicts std: none"):
+        GiGPOConfig.model_validate({"scale_by_std": True, "std": "none"})

@@ -1,7 +1,7 @@
 """GRPO: Group Relative Policy Optimization.
 
 Paper: DeepSeekMath, https://arxiv.org/abs/2402.03300 (section 4.1). With
-`scale_by_std: false` it is the "Dr. GRPO" variant, https://arxiv.org/abs/2503.20783.
+`std: none` it is the "Dr. GRPO" variant, https://arxiv.org/abs/2503.20783.
 
 Each task is sampled `group_size` times. A trajectory's advantage is its
 outcome reward minus the group mean (divided by the group std unless
@@ -11,17 +11,19 @@ observation tokens in between carry no loss.
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agentgym_core.api import (
     AlgorithmNeeds,
     ClippedLossOptions,
+    GroupStd,
     LossInputs,
     TrajectoryBatch,
     clipped_loss_with_kl_and_entropy,
+    group_normalize,
 )
 
 
@@ -31,8 +33,11 @@ class GRPOConfig(ClippedLossOptions):
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL to the frozen reference; 0 drops the reference."
     )
-    scale_by_std: bool = Field(
-        True, description="Divide by the group's reward std (GRPO); false: Dr. GRPO."
+    std: GroupStd = Field(
+        "population",
+        description="Divide by the group's reward std: population (over n, the paper's code), "
+        "sample (over n - 1, as gigpo), or none: mean-centred only, Dr. GRPO. The older "
+        "`scale_by_std: false` still reads as none.",
     )
     eps: float = Field(1e-6, gt=0, description="Added to the std before dividing.")
     min_group_size: int = Field(2, ge=2, description="Group size the trainer must provide.")
@@ -42,15 +47,24 @@ class GRPOConfig(ClippedLossOptions):
         "dynamic sampling does: they only dilute the token mean and cost learner time.",
     )
 
-
-def group_advantages(rewards: list[float], *, scale_by_std: bool, eps: float) -> list[float]:
-    """(r - mean) / (std + eps) within one group; population std, as in the paper's code."""
-    mean = sum(rewards) / len(rewards)
-    centered = [r - mean for r in rewards]
-    if not scale_by_std:
-        return centered
-    std = math.sqrt(sum(c * c for c in centered) / len(rewards))
-    return [c / (std + eps) for c in centered]
+    @model_validator(mode="before")
+    @classmethod
+    def _older_scale_by_std(cls, data: Any) -> Any:
+        """Read `scale_by_std`, which `std` replaced: false is `std: none`."""
+        if not isinstance(data, dict) or "scale_by_std" not in data:
+            return data
+        data = dict(data)
+        scale = data.pop("scale_by_std")
+        if not isinstance(scale, bool):
+            raise ValueError(f"scale_by_std must be true or false, got {scale!r}; prefer `std`")
+        if "std" in data and (data["std"] == "none") == scale:
+            raise ValueError(
+                f"scale_by_std: {str(scale).lower()} contradicts std: {data['std']}; "
+                "give only `std` (scale_by_std is its older spelling)"
+            )
+        if not scale:
+            data["std"] = "none"
+        return data
 
 
 class GRPO:
@@ -70,10 +84,8 @@ class GRPO:
         for group in batch.groups().values():
             if self.config.drop_uniform_groups and len({t.reward for t in group}) == 1:
                 continue  # advantages stay None: the learner skips these trajectories
-            values = group_advantages(
-                [t.reward for t in group],
-                scale_by_std=self.config.scale_by_std,
-                eps=self.config.eps,
+            values = group_normalize(
+                [t.reward for t in group], std=self.config.std, eps=self.config.eps
             )
             for trajectory, advantage in zip(group, values, strict=True):
                 trajectory.advantages = [advantage * m for m in trajectory.loss_mask]

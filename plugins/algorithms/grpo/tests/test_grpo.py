@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from agentgym_algo_grpo import GRPO, GRPOConfig
+from pydantic import ValidationError
 
 from agentgym_core.interfaces import LossInputs
 from agentgym_core.learner.losses import kl_k3
@@ -121,3 +122,27 @@ def test_uniform_groups_can_be_dropped():
     assert [t.advantages is None for t in batch] == [True, True, False, False]
     GRPO(GRPOConfig()).advantages(batch)
     assert batch.trajectories[0].advantages == [0.0] * 6
+
+
+def test_std_choice_population_by_default_or_sample():
+    # rewards 1, 0, 0, 1: mean 0.5; population std 0.5 -> +-1; sample std sqrt(1/3) -> +-sqrt(3)/2
+    rewards = (1.0, 0.0, 0.0, 1.0)
+    assert GRPOConfig().std == "population"
+    batch = TrajectoryBatch([_traj(0, r) for r in rewards])
+    GRPO(GRPOConfig(std="sample", eps=1e-12)).advantages(batch)
+    want = [math.sqrt(3) / 2, -math.sqrt(3) / 2, -math.sqrt(3) / 2, math.sqrt(3) / 2]
+    assert [t.advantages[2] for t in batch] == pytest.approx(want, rel=1e-9)
+
+
+def test_older_scale_by_std_key_still_loads():
+    assert GRPOConfig.model_validate({"scale_by_std": False}).std == "none"
+    assert GRPOConfig.model_validate({"scale_by_std": True}).std == "population"
+    assert GRPOConfig.model_validate({"scale_by_std": True, "std": "sample"}).std == "sample"
+    with pytest.raises(ValidationError, match="contradicts std: sample; give only `std`"):
+        GRPOConfig.model_validate({"scale_by_std": False, "std": "sample"})
+    with pytest.raises(ValidationError, match="Input should be 'population', 'sample' or 'none'"):
+        GRPOConfig(std="n")
+
+
+def test_every_field_documented():
+    assert all(field.description for field in GRPOConfig.model_fields.values())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym_core.api import StepResult
+from agentgym_core.api import StepResult, seeded_task, seeded_task_ids
 from agentgym_env_babyai import render
 from agentgym_env_babyai.bot import new_bot
 from agentgym_env_babyai.config import BabyAIConfig
@@ -22,7 +22,6 @@ from agentgym_env_babyai.world import (
     visible,
 )
 
-TEST_SEED_OFFSET = 1_000_000
 NOT_RECOGNIZED = "The action is not recognized. Please check valid actions."
 CHECK = "check available actions"
 INSTRUCTION = """You are an agent in a grid world with a goal. Each turn, answer with one action:
@@ -62,18 +61,16 @@ class BabyAIEnv:
 
     def tasks(self, split: str) -> list[int]:
         """Ids `seed * n_levels + level_index`; test seeds start at 1,000,000."""
-        if split == "train":
-            seeds = range(self.config.train_seeds)
-        elif split == "test":
-            seeds = range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + self.config.test_seeds)
-        else:
-            raise ValueError(f"unknown split {split!r}; splits: train, test")
-        n = len(self.config.levels)
-        return [seed * n + level for seed in seeds for level in range(n)]
+        return seeded_task_ids(
+            split,
+            kinds=len(self.config.levels),
+            train_seeds=self.config.train_seeds,
+            test_seeds=self.config.test_seeds,
+        )
 
     def task_group(self, task_id: int) -> str:
         """The level name of a task."""
-        return self.config.levels[task_id % len(self.config.levels)]
+        return self.config.levels[seeded_task(task_id, kinds=len(self.config.levels)).kind]
 
     def instruction(self) -> str:
         """Rules and action syntax, shown once at the start of each conversation."""
@@ -89,7 +86,7 @@ class BabyAIEnv:
         if level not in self._games:
             self._games[level] = gym.make(f"BabyAI-{level}-v0")
         self.game = self._games[level]
-        self.game.reset(seed=task_id // len(self.config.levels))
+        self.game.reset(seed=seeded_task(task_id, kinds=len(self.config.levels)).seed)
         self.things = name_objects(self.unwrapped)
         self.done, self.success = False, False
         self._bot, self._last_primitive = None, None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentgym_core.api import StepResult
+from agentgym_core.api import StepResult, seeded_task, seeded_task_ids
 from agentgym_env_webnav import expert
 from agentgym_env_webnav.actions import (
     ActionError,
@@ -16,7 +16,6 @@ from agentgym_env_webnav.browser import Browser
 from agentgym_env_webnav.config import WebNavConfig
 from agentgym_env_webnav.page import Page, parse_page
 
-TEST_SEED_OFFSET = 1_000_000
 OVER = "The episode is over."
 INSTRUCTION = """You are a web agent. Each observation shows a task and the elements of a web page,
 one per line: [ref] tag #id "text", then the value of a field or list, and "focused" on the
@@ -51,18 +50,16 @@ class WebNavEnv:
 
     def tasks(self, split: str) -> list[int]:
         """Ids `seed * n_tasks + task_index`; test seeds start at 1,000,000."""
-        if split == "train":
-            seeds = range(self.config.train_seeds)
-        elif split == "test":
-            seeds = range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + self.config.test_seeds)
-        else:
-            raise ValueError(f"unknown split {split!r}; splits: train, test")
-        n = len(self.config.tasks)
-        return [seed * n + index for seed in seeds for index in range(n)]
+        return seeded_task_ids(
+            split,
+            kinds=len(self.config.tasks),
+            train_seeds=self.config.train_seeds,
+            test_seeds=self.config.test_seeds,
+        )
 
     def task_group(self, task_id: int) -> str:
         """The MiniWoB++ task name of a task id."""
-        return self.config.tasks[task_id % len(self.config.tasks)]
+        return self.config.tasks[seeded_task(task_id, kinds=len(self.config.tasks)).kind]
 
     def instruction(self) -> str:
         """Page format and action syntax, shown once at the start of each conversation."""
@@ -74,9 +71,8 @@ class WebNavEnv:
         """Load the task's page afresh and start the episode with the task id's seed."""
         if isinstance(task_id, bool) or not isinstance(task_id, int) or task_id < 0:
             raise ValueError(f"task ids are non-negative integers, got {task_id!r}")
-        self.task = self.task_group(task_id)
-        seed = task_id // len(self.config.tasks)
-        mode = "test" if seed >= TEST_SEED_OFFSET else "train"
+        kind, seed, mode = seeded_task(task_id, kinds=len(self.config.tasks))
+        self.task = self.config.tasks[kind]
         self.page = parse_page(self.browser.start_episode(self.task, seed, mode))
         self.typing = typing_candidates(self.task, self.page.utterance)
         self.done, self.success = False, False

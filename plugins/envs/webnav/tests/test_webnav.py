@@ -7,9 +7,10 @@ import re
 
 import pytest
 from agentgym_env_webnav import DEFAULT_TASKS, WebNavConfig, WebNavEnv
-from agentgym_env_webnav.env import TEST_SEED_OFFSET, map_reward
+from agentgym_env_webnav.env import map_reward
 from agentgym_env_webnav.expert import SOLVERS, NoExpertError
 
+from agentgym_core.api import TEST_SEED_OFFSET
 from agentgym_core.testing import check_environment
 
 LINE = re.compile(r'^( {2})*(\[\d+\] [a-z_0-9]+( #\S+)?( ".*")?.*|".*")$')

@@ -61,8 +61,15 @@ class AdaptiveConfig(BaseModel):
         0.5,
         gt=0,
         lt=1,
-        description="Collapse: the moving average fell below this fraction of its best "
-        "at the current horizon.",
+        description="Collapse: the moving average fell below this fraction of the way from "
+        "metric_floor to its best at the current horizon, i.e. it lost more than "
+        "1 - collapse_fraction of its height above the floor.",
+    )
+    metric_floor: float = Field(
+        0.0,
+        description="The lowest value the metric can take, from which a collapse is measured: "
+        "0 for success rates, -1 for rewards in [-1, 1]. With shrink, a value below it is an "
+        "error.",
     )
     metric: str = Field(
         "rollout/success_rate", min_length=1, description="The history key that is watched."
@@ -157,6 +164,13 @@ class AdaptiveScheduler:
         best = -math.inf  # best moving average at the current horizon
         for i, metrics in enumerate(history):
             here.append(self._value(metrics, i))
+            if c.shrink and here[-1] < c.metric_floor:
+                raise ValueError(
+                    f"adaptive scheduler: update {i} has {c.metric} = {here[-1]:.4g}, below "
+                    f"scheduler.metric_floor ({c.metric_floor:g}); a collapse is measured from "
+                    "that floor, so set it to the metric's lowest value (e.g. -1 for rewards "
+                    "in [-1, 1])"
+                )
             if len(here) >= c.window:
                 best = max(best, _mean(here[-c.window :]))
             change = self._decide(horizon, here, best)
@@ -177,11 +191,16 @@ class AdaptiveScheduler:
         """(new horizon, reason) after the latest update at `horizon`, or None to stay."""
         c, w = self.config, self.config.window
         if c.shrink and len(here) >= w and horizon > c.min_turns:
-            now = _mean(here[-w:])
-            if now < c.collapse_fraction * best:
+            now, floor = _mean(here[-w:]), c.metric_floor
+            # a fall measured from the floor, not a ratio to 0: with floor 0 this is the
+            # original `now < fraction * best`, bit for bit (x - 0.0 == x)
+            if now - floor < c.collapse_fraction * (best - floor):
+                bound = f"{c.collapse_fraction:g} x best {best:.4g}"
+                if floor:
+                    bound = f"{floor:g} + {c.collapse_fraction:g} x (best {best:.4g} - {floor:g})"
                 return self._shrunk(horizon), (
                     f"collapse: mean {c.metric} over the last {w} updates {now:.4g} < "
-                    f"{c.collapse_fraction:g} x best {best:.4g} at {horizon} turns"
+                    f"{bound} at {horizon} turns"
                 )
         if len(here) >= c.patience and horizon < c.max_turns:
             now, before = _mean(here[-w:]), _mean(here[-2 * w : -w])

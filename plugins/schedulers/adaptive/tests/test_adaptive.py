@@ -227,3 +227,46 @@ def test_registers_through_the_hook() -> None:
     assert registration.config is AdaptiveConfig
     s = registration.factory(registration.config.model_validate(BASE))
     assert s.max_turns(10, PLATEAUS) == 6
+
+
+def rewards(*values: float) -> list[dict[str, float]]:
+    return [{"rollout/reward_mean": v} for v in values]
+
+
+NEGATIVE = {"metric": "rollout/reward_mean", "shrink": True, "start_turns": 4}
+
+
+def test_a_rise_of_a_negative_metric_is_no_collapse() -> None:
+    # rewards in [-1, 1], floor -1: the moving average rises -0.6, -0.55, -0.45, so the best
+    # is always the latest (height above the floor 0.4, 0.45, 0.55): no collapse. After update
+    # 3 the rise -0.45 - (-0.6) = 0.15 >= 0.1: no plateau either. A ratio to 0 took
+    # -0.6 < 0.5 x -0.6 = -0.3 for a collapse and shrank to 2 turns from update 2.
+    s = scheduler(**NEGATIVE, metric_floor=-1.0)
+    assert each_step(s, rewards(-0.6, -0.6, -0.5, -0.4)) == [4] * 5
+    assert s.decisions(rewards(-0.6, -0.6, -0.5, -0.4)) == []
+
+
+def test_a_fall_of_a_negative_metric_is_measured_from_its_floor() -> None:
+    # best 0.2 after update 1 (1.2 above the floor -1); after 2 the mean -0.15 is 0.85 above,
+    # not below 0.5 x 1.2 = 0.6; after 3 the mean -0.5 is 0.5 above: a collapse, 2 turns.
+    h = rewards(0.2, 0.2, -0.5, -0.5)
+    s = scheduler(**NEGATIVE, metric_floor=-1.0)
+    assert each_step(s, h) == [4, 4, 4, 4, 2]
+    assert s.decisions(h)[-1].reason == (
+        "collapse: mean rollout/reward_mean over the last 2 updates -0.5 < "
+        "-1 + 0.5 x (best 0.2 - -1) at 4 turns"
+    )
+
+
+def test_a_value_below_the_floor_is_an_error_with_shrink() -> None:
+    with pytest.raises(ValueError, match="update 1 has rollout/reward_mean = -0.4, below "):
+        scheduler(**NEGATIVE).max_turns(2, rewards(0.1, -0.4))
+    assert scheduler(**{**NEGATIVE, "shrink": False}).max_turns(2, rewards(0.1, -0.4)) == 4
+
+
+def test_metric_floor_zero_keeps_the_ratio_rule() -> None:
+    # the collapse of test_shrinks_back_after_a_collapse_when_enabled, floor given explicitly
+    h = history(0.5, 0.5, 0.5, 0.5, 0.6, 0.6, 0.2, 0.2, 0.5)
+    explicit = scheduler(shrink=True, metric_floor=0.0).decisions(h)
+    assert explicit == scheduler(shrink=True).decisions(h)
+    assert explicit[-1].reason.endswith("< 0.5 x best 0.6 at 4 turns")
