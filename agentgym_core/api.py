@@ -24,7 +24,8 @@ What is here:
 - task ids over (kind, seed) pairs for environment plugins (`seeded_task_ids`,
   `seeded_task`, `SeededTask`, `TEST_SEED_OFFSET`);
 - helpers for policy plugins: `ActionConstraint` (constrained decoding),
-  `ChatFormat`, `Message`, `ContextWindowExceeded`;
+  `ChatFormat`, `ChatMessage` (a chat API's message, also lent as `Message`),
+  `ContextWindowExceeded`;
 - data: `read_items`, `read_pairs`, `AgentTrajItem`, `AgentTrajPair` (AgentTraj JSON);
 - errors: `ConfigError`, `Problem` (a user-facing config error naming its key);
 - the test kit: `check_environment`, `EnvironmentCheckError` (the pytest
@@ -92,7 +93,7 @@ if TYPE_CHECKING:
     )
     from agentgym_core.policies.constraints import ActionConstraint
     from agentgym_core.rollout.chat import ChatFormat
-    from agentgym_core.rollout.text import ContextWindowExceeded, Message, TextPolicy
+    from agentgym_core.rollout.text import ChatMessage, ContextWindowExceeded, Message, TextPolicy
     from agentgym_core.tasks import TEST_SEED_OFFSET, SeededTask, seeded_task, seeded_task_ids
     from agentgym_core.testing import EnvironmentCheckError, check_environment
 
@@ -122,7 +123,7 @@ _LAZY = {
     ),
     "agentgym_core.policies.constraints": ("ActionConstraint",),
     "agentgym_core.rollout.chat": ("ChatFormat",),
-    "agentgym_core.rollout.text": ("ContextWindowExceeded", "Message", "TextPolicy"),
+    "agentgym_core.rollout.text": ("ChatMessage", "ContextWindowExceeded", "Message", "TextPolicy"),
     "agentgym_core.tasks": ("TEST_SEED_OFFSET", "SeededTask", "seeded_task", "seeded_task_ids"),
     "agentgym_core.testing": ("EnvironmentCheckError", "check_environment"),
 }
@@ -138,6 +139,7 @@ __all__ = [
     "Algorithm",
     "AlgorithmNeeds",
     "ChatFormat",
+    "ChatMessage",
     "ClippedLossOptions",
     "ConfigError",
     "ContextWindowExceeded",

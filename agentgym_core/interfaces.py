@@ -15,12 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentgym_core.types import Generation, StepResult, TaskId, Trajectory, TrajectoryBatch
+from agentgym_core.types import (
+    AgentTrajItem,
+    Generation,
+    Message,
+    StepResult,
+    TaskId,
+    Trajectory,
+    TrajectoryBatch,
+)
 
 if TYPE_CHECKING:
     import torch
-
-    from agentgym_core.data.agenttraj import AgentTrajItem, Message
 
 
 @runtime_checkable

@@ -1,15 +1,17 @@
 """Plain data passed between environments, policies, algorithms and the learner.
 
 Everything here is a dataclass of Python values so it crosses process and
-HTTP boundaries as JSON without custom encoders.
+HTTP boundaries as JSON without custom encoders; the few functions at the end
+are list helpers over them. Nothing here imports the rest of agentgym.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 TaskId = int
 """Task ids are integers, as AgentGym's `data_idx`: deterministic per split."""
@@ -183,6 +185,81 @@ class TrajectoryBatch:
         return out
 
 
+# -- AgentTraj: AgentGym's conversation format (read and written by `data.agenttraj`) ------
+
+Role = Literal["human", "gpt"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn of an AgentTraj conversation (not a chat API's message)."""
+
+    role: Role
+    """`human` (instruction, observations) or `gpt` (the agent)."""
+    value: str
+    loss: bool | None = None
+    """For `gpt` turns: True or None trains on it, False keeps it as context only."""
+
+    @property
+    def trains(self) -> bool:
+        """Whether this turn's tokens carry loss."""
+        return self.role == "gpt" and self.loss is not False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The AgentTraj JSON object of this turn."""
+        return {"from": self.role, "loss": self.loss, "value": self.value}
+
+
+@dataclass
+class AgentTrajItem:
+    """One conversation with its item id (`"<env>_<task>"`) and any extra fields kept as read."""
+
+    item_id: str
+    conversations: list[Message]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task_id(self) -> int | None:
+        """The task number at the end of the item id (`babyai_12` -> 12), if any."""
+        return task_number(self.item_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The AgentTraj JSON object of this item."""
+        return {
+            "item_id": self.item_id,
+            "conversations": [m.to_dict() for m in self.conversations],
+            **self.extra,
+        }
+
+
+def task_number(item_id: str) -> int | None:
+    """`babyai_12` -> 12; None when the id does not end in `_<int>`."""
+    match = re.search(r"_(\d+)$", item_id)
+    return int(match.group(1)) if match else None
+
+
+# -- list helpers ---------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
 def mean(values: Sequence[float]) -> float:
     """Mean of a possibly empty sequence (0.0 when empty)."""
     return float(sum(values) / len(values)) if values else 0.0
+
+
+def round_robin(items: Sequence[T], count: int) -> list[T]:
+    """Up to `count` items (each with a `.group`), one per group in turn: distinct tasks first.
+
+    The tracker logs these episodes, and the rollout engine draws frames for
+    the same ones, so the episodes a person opens are the ones with frames.
+    """
+    by_group: dict[Any, list[T]] = {}
+    for item in items:
+        by_group.setdefault(item.group, []).append(item)  # type: ignore[attr-defined]
+    chosen: list[T] = []
+    depth = 0
+    while len(chosen) < min(count, len(items)):
+        chosen.extend(g[depth] for g in by_group.values() if depth < len(g))
+        depth += 1
+    return chosen[:count]

@@ -39,7 +39,8 @@ def main() -> None:
 
     from agentgym_core.interfaces import SamplingParams
     from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
-    from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig, _Request
+    from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+    from agentgym_core.policies.sampling import Request
 
     env = BabyAIEnv(BabyAIConfig(levels=LEVELS))
     folder = Path(tempfile.mkdtemp())
@@ -80,7 +81,7 @@ def main() -> None:
         policy = policies[keep]
         policy.cache.clear()
         batch = [
-            _Request(
+            Request(
                 list(p),
                 SamplingParams(max_new_tokens=NEW_TOKENS, seed=row),
                 None,

@@ -396,7 +396,7 @@ def test_frames_follow_the_logged_episodes_and_a_failing_render_costs_nothing(ti
 
     from PIL import Image
 
-    from agentgym_core.rollout.frames import round_robin
+    from agentgym_core.types import round_robin
 
     engine = _engine(tiny_model, env_factory=lambda: _DrawingEnv(never_done=True))
     episodes = [

@@ -13,7 +13,6 @@ import pluggy
 import pytest
 
 from agentgym_core import PROJECT, hookspecs
-from agentgym_core.rollout.frames import round_robin
 from agentgym_core.tracking.console import ProgressBar, format_table, postfix_of, update_line
 from agentgym_core.tracking.mlflow_tracker import (
     RUN_ID_FILE,
@@ -23,7 +22,7 @@ from agentgym_core.tracking.mlflow_tracker import (
     saved_run_id,
 )
 from agentgym_core.tracking.ui import find_store, ui_command
-from agentgym_core.types import Termination, Trajectory, TrajectoryBatch, Turn
+from agentgym_core.types import Termination, Trajectory, TrajectoryBatch, Turn, round_robin
 
 mlflow = pytest.importorskip("mlflow")
 

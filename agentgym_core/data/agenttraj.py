@@ -13,7 +13,8 @@ when its `loss` is true, or when `loss` is absent or null (AgentTraj files
 without the field train every assistant turn); `loss: false` keeps it as
 context only. A preference-pairs file is a JSON list of
 `{"item_id", "chosen": [turns], "rejected": [turns]}`, both whole conversations
-of the same task.
+of the same task. `Message` (one turn) and `AgentTrajItem` are plain data in
+`agentgym_core.types`, importable from here too; `AgentTrajPair` lives here.
 
 Tokenization (`tokenize`) reuses the rollout engine's `ChatFormat`: the chat
 template is applied once to the turns before the first trained assistant
@@ -25,16 +26,14 @@ the agent played therefore tokenizes to exactly the ids of its rollout.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agentgym_core.rollout.chat import PRIMING_REPLY, ChatFormat
-from agentgym_core.types import Turn
+from agentgym_core.types import AgentTrajItem, Message, Turn, task_number
 
-Role = Literal["human", "gpt"]
 ROLES: tuple[str, ...] = ("human", "gpt")
 
 
@@ -57,48 +56,6 @@ class AgentTrajError(ValueError):
         super().__init__(f"{': '.join(where)}: {message}")
 
 
-@dataclass(frozen=True)
-class Message:
-    """One turn of a conversation."""
-
-    role: Role
-    """`human` (instruction, observations) or `gpt` (the agent)."""
-    value: str
-    loss: bool | None = None
-    """For `gpt` turns: True or None trains on it, False keeps it as context only."""
-
-    @property
-    def trains(self) -> bool:
-        """Whether this turn's tokens carry loss."""
-        return self.role == "gpt" and self.loss is not False
-
-    def to_dict(self) -> dict[str, Any]:
-        """The AgentTraj JSON object of this turn."""
-        return {"from": self.role, "loss": self.loss, "value": self.value}
-
-
-@dataclass
-class AgentTrajItem:
-    """One conversation with its item id (`"<env>_<task>"`) and any extra fields kept as read."""
-
-    item_id: str
-    conversations: list[Message]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def task_id(self) -> int | None:
-        """The task number at the end of the item id (`babyai_12` -> 12), if any."""
-        return task_number(self.item_id)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The AgentTraj JSON object of this item."""
-        return {
-            "item_id": self.item_id,
-            "conversations": [m.to_dict() for m in self.conversations],
-            **self.extra,
-        }
-
-
 @dataclass
 class AgentTrajPair:
     """Two whole conversations of the same task: the preferred and the rejected one."""
@@ -119,12 +76,6 @@ class AgentTrajPair:
             "chosen": [m.to_dict() for m in self.chosen],
             "rejected": [m.to_dict() for m in self.rejected],
         }
-
-
-def task_number(item_id: str) -> int | None:
-    """`babyai_12` -> 12; None when the id does not end in `_<int>`."""
-    match = re.search(r"_(\d+)$", item_id)
-    return int(match.group(1)) if match else None
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -11,21 +11,21 @@ Rows of the running batch have caches of different lengths, laid out as in
 `prefix_cache`: left-padded columns masked out, explicit position ids. Rows
 that join are left-padded to the batch's width (or the batch to theirs);
 columns no live row uses are cut off after rows leave. Sampling is the static
-path's (per-request Gumbel-max seeds), so the tokens do not depend on which
-requests shared a step.
+path's (`sampling.Sampler`, per-request Gumbel-max seeds), so the tokens do
+not depend on which requests shared a step.
 """
 
 from __future__ import annotations
 
 import queue
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-if TYPE_CHECKING:
-    from agentgym_core.policies.hf import HFPolicy, _Request
+from agentgym_core.policies.prefix_cache import PrefixCache
+from agentgym_core.policies.sampling import Request, Sampler
 
 STOP = None
 """Put on the request queue to end the worker."""
@@ -35,7 +35,7 @@ STOP = None
 class RunningBatch:
     """The live rows: their requests, per-layer keys and values, mask and positions."""
 
-    requests: list[_Request]
+    requests: list[Request]
     layers: list[tuple[torch.Tensor, torch.Tensor]]  # [rows, heads, width, dim] each
     attention: torch.Tensor  # [rows, width], 1 where a column holds a real token
     position: torch.Tensor  # [rows, 1], the position of each row's last fed token
@@ -106,7 +106,7 @@ def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _answer(request: _Request, result: Any = None, error: BaseException | None = None) -> None:
+def _answer(request: Request, result: Any = None, error: BaseException | None = None) -> None:
     """Resolve a request's future on its event loop (this runs on the worker thread)."""
 
     def resolve() -> None:
@@ -121,18 +121,37 @@ def _answer(request: _Request, result: Any = None, error: BaseException | None =
 
 
 class ContinuousDecoder:
-    """The worker of one `HFPolicy`: admits, decodes one token for all, releases."""
+    """The worker of one `hf` policy: admits, decodes one token for all, releases.
 
-    def __init__(self, policy: HFPolicy) -> None:
-        self.policy = policy
-        self.requests: queue.Queue[_Request | None] = queue.Queue()
+    It shares the policy's model, sampler and prefix cache, and appends the
+    size of every forward pass to the policy's `batch_sizes`.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        sampler: Sampler,
+        cache: PrefixCache,
+        *,
+        max_batch_size: int,
+        prefix_cache: bool,
+        batch_sizes: list[int],
+    ) -> None:
+        self.model = model
+        self.sampler = sampler
+        self.cache = cache
+        self.max_batch_size = max_batch_size
+        self.prefix_cache = prefix_cache
+        """Whether finished rows keep their KV state for the episode's next turn."""
+        self.batch_sizes = batch_sizes
+        self.requests: queue.Queue[Request | None] = queue.Queue()
         self.batch: RunningBatch | None = None
         self._was_training = False
         self._serving = False
         self.joined = 0
         """Requests admitted while other rows were decoding (the point of this mode)."""
 
-    def submit(self, request: _Request) -> None:
+    def submit(self, request: Request) -> None:
         """Queue a request (from the event loop)."""
         self.requests.put(request)
 
@@ -162,13 +181,13 @@ class ContinuousDecoder:
     def _end_batch(self) -> None:
         """No row is live: the model goes back to the mode the learner left it in."""
         if self.batch is not None or self._serving:
-            self.policy.model.train(self._was_training)
+            self.model.train(self._was_training)
         self.batch, self._serving = None, False
 
-    def _arrivals(self) -> list[_Request] | None:  # None: STOP
+    def _arrivals(self) -> list[Request] | None:  # None: STOP
         """The waiting requests that fit (blocking only while nothing is running)."""
-        room = self.policy.config.max_batch_size - (len(self.batch.requests) if self.batch else 0)
-        arrived: list[_Request] = []
+        room = self.max_batch_size - (len(self.batch.requests) if self.batch else 0)
+        arrived: list[Request] = []
         if self.batch is None:
             first = self.requests.get()
             if first is STOP:
@@ -185,17 +204,16 @@ class ContinuousDecoder:
             arrived.append(request)
         return arrived
 
-    def _admit(self, arrived: list[_Request]) -> None:
+    def _admit(self, arrived: list[Request]) -> None:
         """Prefill the new requests and sample their first tokens; they join the batch."""
-        policy = self.policy
         if not self._serving:
-            self._was_training, self._serving = policy.model.training, True
-            policy.model.eval()
-        device = next(policy.model.parameters()).device
-        use_cache = policy.config.prefix_cache
-        entries = [policy.cache.lookup(r.session, r.prompt) if use_cache else None for r in arrived]
-        pre = policy.cache.prefill([r.prompt for r in arrived], entries, policy.pad_id)
-        out = policy.model(
+            self._was_training, self._serving = self.model.training, True
+            self.model.eval()
+        device = next(self.model.parameters()).device
+        use_cache = self.prefix_cache
+        entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in arrived]
+        pre = self.cache.prefill([r.prompt for r in arrived], entries, self.sampler.pad_id)
+        out = self.model(
             input_ids=pre.input_ids.to(device),
             attention_mask=pre.attention_mask.to(device),
             position_ids=pre.position_ids.to(device),
@@ -204,9 +222,9 @@ class ContinuousDecoder:
             logits_to_keep=1,
         )
         for request in arrived:
-            request.generator = policy._generator(request.params)
-        policy.batch_sizes.append(len(arrived))
-        next_ids, _ = policy._sample(
+            request.generator = self.sampler.generator(request.params)
+        self.batch_sizes.append(len(arrived))
+        next_ids, _ = self.sampler.sample(
             arrived, out.logits[:, -1, :].float(), [r.generator for r in arrived]
         )
         joined = RunningBatch(
@@ -222,12 +240,12 @@ class ContinuousDecoder:
 
     def _decode_step(self) -> None:
         """Feed every live row's pending token; sample the next."""
-        policy, batch = self.policy, self.batch
+        batch = self.batch
         assert batch is not None
         ones = batch.attention.new_ones((len(batch.requests), 1))
         attention = torch.cat([batch.attention, ones], dim=1)
         position = batch.position + 1
-        out = policy.model(
+        out = self.model(
             input_ids=batch.pending.unsqueeze(1),
             attention_mask=attention,
             position_ids=position,
@@ -235,12 +253,12 @@ class ContinuousDecoder:
             use_cache=True,
             logits_to_keep=1,
         )
-        policy.batch_sizes.append(len(batch.requests))
+        self.batch_sizes.append(len(batch.requests))
         requests = batch.requests
         for request in requests:
             request.fed += 1
         generators = [r.generator for r in requests]
-        next_ids, _ = policy._sample(requests, out.logits[:, -1, :].float(), generators)
+        next_ids, _ = self.sampler.sample(requests, out.logits[:, -1, :].float(), generators)
         pending = next_ids.to(attention.device)
         self.batch = RunningBatch(
             requests, _layers(out.past_key_values), attention, position, pending
@@ -257,15 +275,15 @@ class ContinuousDecoder:
         for row, request in enumerate(batch.requests):
             if not request.done:
                 continue
-            if self.policy.config.prefix_cache and request.session is not None:
+            if self.prefix_cache and request.session is not None:
                 tokens = request.prompt + request.tokens[: request.fed]
-                self.policy.cache.store_row(
+                self.cache.store_row(
                     request.session,
                     tokens,
                     [(k[row], v[row]) for k, v in batch.layers],
                     batch.attention[row],
                 )
-            _answer(request, self.policy._result(request))
+            _answer(request, self.sampler.result(request))
         if live:
             self.batch = batch.keep(live)
         else:

@@ -3,8 +3,10 @@
 Each live episode awaits `generate`; a single server task collects every
 request pending at that moment into one batch, runs a left-padded prefill and
 a KV-cached decode loop in a worker thread (so environments keep stepping),
-then answers all of them. Sampling uses per-request seeds (Gumbel-max), so the
-sample does not depend on how requests happened to be batched.
+then answers all of them (`batching: continuous` hands requests to
+`continuous.ContinuousDecoder` instead). Both modes sample with
+`sampling.Sampler`: per-request seeds (Gumbel-max), so the sample does not
+depend on how requests happened to be batched.
 """
 
 from __future__ import annotations
@@ -12,19 +14,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import random
 import threading
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.interfaces import SamplingParams
-from agentgym_core.policies.constraints import ActionConstraint, apply_allowed_mask
+from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.prefix_cache import PrefixCache
+from agentgym_core.policies.sampling import Request, Sampler
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
 
@@ -54,23 +55,6 @@ class HFPolicyConfig(BaseModel):
     )
 
 
-@dataclass
-class _Request:
-    prompt: list[int]
-    params: SamplingParams
-    constraint: ActionConstraint | None
-    future: asyncio.Future
-    session: Hashable | None = None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    allowed: list[tuple[int, ...] | None] = field(default_factory=list)
-    done: bool = False
-    loop: asyncio.AbstractEventLoop | None = None
-    generator: torch.Generator | None = None
-    fed: int = 0
-    """Sampled tokens fed back to the model so far (continuous batching)."""
-
-
 class HFPolicy:
     """Generation with a transformers causal LM, shared with the learner on one device."""
 
@@ -80,9 +64,9 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self._rng = random.Random(config.seed)
+        self.sampler = Sampler(self.chat, self.pad_id, config.seed)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-gen")
-        self._queue: asyncio.Queue[_Request] | None = None
+        self._queue: asyncio.Queue[Request] | None = None
         self._server: asyncio.Task | None = None
         self._action_cache: dict[str, tuple[int, ...]] = {}
         self.cache = PrefixCache(config.max_sessions)
@@ -110,7 +94,7 @@ class HFPolicy:
             constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
             longest = max(len(seq) for seq in constraint.sequences)
             params = dataclasses.replace(params, max_new_tokens=max(params.max_new_tokens, longest))
-        request = _Request(list(prompt_ids), params, constraint, loop.create_future(), session)
+        request = Request(list(prompt_ids), params, constraint, loop.create_future(), session)
         request.loop = loop
         if self.config.batching == "continuous":
             self._continuous().submit(request)
@@ -149,7 +133,15 @@ class HFPolicy:
     def _continuous(self) -> ContinuousDecoder:
         """The continuous-batching worker, started on its own thread at first use."""
         if self._decoder is None:
-            self._decoder = ContinuousDecoder(self)
+            config = self.config
+            self._decoder = ContinuousDecoder(
+                self.model,
+                self.sampler,
+                self.cache,
+                max_batch_size=config.max_batch_size,
+                prefix_cache=config.prefix_cache,
+                batch_sizes=self.batch_sizes,
+            )
             # a daemon thread: a policy nobody closed must not keep the interpreter alive
             threading.Thread(target=self._decoder.run, name="hf-continuous", daemon=True).start()
         return self._decoder
@@ -174,9 +166,9 @@ class HFPolicy:
                 continue
             for request in batch:
                 if not request.future.done():
-                    request.future.set_result(self._result(request))
+                    request.future.set_result(self.sampler.result(request))
 
-    async def _gather(self) -> list[_Request]:
+    async def _gather(self) -> list[Request]:
         """The next batch: the first request, and those that arrive close behind it.
 
         Episodes reset or stepped together send their requests a few ms apart (their
@@ -199,23 +191,10 @@ class HFPolicy:
                 break
         return batch
 
-    def _result(self, request: _Request) -> Generation:
-        if request.constraint is not None and request.constraint.complete:
-            text = request.constraint.matched_action()
-        else:
-            text = self.chat.decode_action(request.tokens)
-        return Generation(
-            token_ids=request.tokens,
-            logprobs=request.logprobs,
-            text=text,
-            allowed=request.allowed,
-            finished=request.done,
-        )
-
     # -- the model -----------------------------------------------------------------
 
     @torch.no_grad()
-    def _generate_batch(self, batch: list[_Request]) -> None:
+    def _generate_batch(self, batch: list[Request]) -> None:
         self.batch_sizes.append(len(batch))
         device = next(self.model.parameters()).device
         was_training = self.model.training
@@ -225,7 +204,7 @@ class HFPolicy:
         finally:
             self.model.train(was_training)
 
-    def _decode(self, batch: list[_Request], device: torch.device) -> None:
+    def _decode(self, batch: list[Request], device: torch.device) -> None:
         use_cache = self.config.prefix_cache
         entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in batch]
         pre = self.cache.prefill([r.prompt for r in batch], entries, self.pad_id)
@@ -239,9 +218,9 @@ class HFPolicy:
             logits_to_keep=1,  # only the last position is sampled from
         )
         last_position = pre.position_ids[:, -1:].to(device)
-        generators = [self._generator(r.params) for r in batch]
+        generators = [self.sampler.generator(r.params) for r in batch]
         for _ in range(max(r.params.max_new_tokens for r in batch)):
-            next_ids, real = self._sample(batch, out.logits[:, -1, :].float(), generators)
+            next_ids, real = self.sampler.sample(batch, out.logits[:, -1, :].float(), generators)
             if all(r.done for r in batch):
                 break
             attention = torch.cat([attention, real.to(device).unsqueeze(1)], dim=1)
@@ -258,7 +237,7 @@ class HFPolicy:
             self._keep(batch, out.past_key_values, attention, pre.attention_mask.shape[1])
 
     def _keep(
-        self, batch: list[_Request], cache: Any, attention: torch.Tensor, prefill: int
+        self, batch: list[Request], cache: Any, attention: torch.Tensor, prefill: int
     ) -> None:
         for row, request in enumerate(batch):
             if request.session is None:
@@ -267,75 +246,3 @@ class HFPolicy:
             self.cache.store(
                 request.session, row, request.prompt + request.tokens[:fed], cache, attention
             )
-
-    def _generator(self, params: SamplingParams) -> torch.Generator:
-        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-        return torch.Generator().manual_seed(seed)
-
-    def _sample(
-        self, batch: list[_Request], logits: torch.Tensor, generators: list[torch.Generator]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample one token per live row; returns the tokens and which rows sampled one."""
-        logits = logits.cpu()
-        temps = torch.tensor([max(r.params.temperature, 1e-6) for r in batch]).unsqueeze(1)
-        logits = logits / temps
-        allowed_by_row = {
-            row: r.constraint.allowed()
-            for row, r in enumerate(batch)
-            if r.constraint is not None and not r.done
-        }
-        rows = list(allowed_by_row)
-        masked = apply_allowed_mask(logits, rows, [allowed_by_row[r] for r in rows])
-        logprobs = torch.log_softmax(masked, dim=-1)
-        next_ids = torch.full((len(batch),), self.pad_id, dtype=torch.long)
-        real = torch.zeros(len(batch), dtype=torch.long)
-        for row, request in enumerate(batch):
-            if request.done:
-                continue
-            allowed = allowed_by_row.get(row)
-            token = _pick(logprobs[row], allowed, request.params, generators[row])
-            next_ids[row], real[row] = token, 1
-            self._record(request, token, float(logprobs[row, token]), allowed)
-        return next_ids, real
-
-    def _record(
-        self, request: _Request, token: int, logprob: float, allowed: tuple[int, ...] | None
-    ) -> None:
-        """Append a sampled token; a constrained action whose rest is forced is completed at once.
-
-        A forced token is the only one allowed, so its constrained log-prob is
-        exactly 0 for the sampler and the learner alike: no forward pass needed.
-        """
-        request.tokens.append(token)
-        request.logprobs.append(logprob)
-        request.allowed.append(allowed)
-        if request.constraint is None:
-            request.done = token in self.chat.stop_ids
-        else:
-            request.constraint.advance(token)
-            for forced in request.constraint.forced_tail():
-                request.constraint.advance(forced)
-                request.tokens.append(forced)
-                request.logprobs.append(0.0)
-                request.allowed.append((forced,))
-            request.done = request.constraint.complete
-        if len(request.tokens) >= request.params.max_new_tokens:
-            request.done = True
-
-
-def _pick(
-    logprobs: torch.Tensor,
-    allowed: tuple[int, ...] | None,
-    params: SamplingParams,
-    generator: torch.Generator,
-) -> int:
-    """Greedy or Gumbel-max choice, drawing noise only over the allowed ids when constrained."""
-    if allowed is not None and len(allowed) == 1:
-        return allowed[0]
-    candidates = torch.as_tensor(allowed) if allowed is not None else None
-    scores = logprobs if candidates is None else logprobs[candidates]
-    if not params.greedy:
-        uniform = torch.rand(scores.shape, generator=generator).clamp_(1e-20, 1.0)
-        scores = scores - torch.log(-torch.log(uniform))
-    best = int(torch.argmax(scores))
-    return best if candidates is None else int(candidates[best])

@@ -4,6 +4,10 @@ One asyncio task per episode. Environment calls run in a bounded thread pool
 with a timeout; generation requests go to the policy, which batches whatever
 is pending. An episode waiting on its environment never holds back another
 that could be generating: there is no per-turn barrier.
+
+The turn loop (`_play`) is the only one, for token-level policies and chat
+APIs alike: what it keeps with the policy, token ids or messages, is the
+engine's `Dialogue` (see `rollout.conversation`).
 """
 
 from __future__ import annotations
@@ -20,8 +24,15 @@ from typing import Any
 from agentgym_core.interfaces import Environment, Policy, SamplingParams
 from agentgym_core.rollout import contract
 from agentgym_core.rollout.chat import ChatFormat
-from agentgym_core.rollout.frames import encode_frame, round_robin
-from agentgym_core.types import Termination, Trajectory, Turn
+from agentgym_core.rollout.conversation import (
+    ContextWindowExceeded,
+    Conversation,
+    Dialogue,
+    Reply,
+    TokenDialogue,
+)
+from agentgym_core.rollout.frames import encode_frame
+from agentgym_core.types import Termination, Trajectory, Turn, round_robin
 
 
 class EnvCallTimeout(TimeoutError):
@@ -158,24 +169,34 @@ class EnvPool:
 
 
 class RolloutEngine:
-    """Plays episodes concurrently and turns them into trajectories."""
+    """Plays episodes concurrently and turns them into trajectories.
+
+    A token-level `policy` converses through `chat` (a `TokenDialogue`); any
+    other kind of policy comes with its own `dialogue` (a chat API's is
+    `rollout.text.TextDialogue`) and no `chat`.
+    """
 
     def __init__(
         self,
         env_factory: Callable[[], Environment],
         policy: Policy,
-        chat: ChatFormat,
+        chat: ChatFormat | None,
         *,
         env_threads: int = 8,
+        dialogue: Dialogue | None = None,
     ) -> None:
         self.env_factory = env_factory
         self.pool = EnvPool(env_factory)
         self.policy = policy
         self.chat = chat
+        if dialogue is None:
+            if chat is None:
+                raise ValueError("a token-level policy needs a ChatFormat (or pass a dialogue)")
+            dialogue = TokenDialogue(policy, chat)
+        self.dialogue = dialogue
         self.threads = EnvThreads(env_threads)
         self._instructions: dict[int, str] = {}
         """Keyed by id(env), for live instances only (dropped when an instance is)."""
-        self._action_lengths: dict[str, int] = {}
         self._sessions = itertools.count()
         self.generate_seconds = 0.0
 
@@ -198,7 +219,11 @@ class RolloutEngine:
     async def run_async(
         self, episodes: Sequence[EpisodeSpec], settings: RolloutSettings
     ) -> list[Trajectory]:
-        """Async form of `run`, for callers that already own an event loop."""
+        """Async form of `run`, for callers that already own an event loop.
+
+        The dialogue's `aclose` runs as it ends (a chat API's connections belong
+        to this event loop).
+        """
         slots = asyncio.Semaphore(settings.concurrency)
 
         framed = set(round_robin(list(episodes), settings.frames))
@@ -207,7 +232,10 @@ class RolloutEngine:
             async with slots:
                 return await self._episode(spec, settings, frames=spec in framed)
 
-        return list(await asyncio.gather(*(bounded(spec) for spec in episodes)))
+        try:
+            return list(await asyncio.gather(*(bounded(spec) for spec in episodes)))
+        finally:
+            await self.dialogue.aclose()
 
     async def _env_call(self, settings: RolloutSettings, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.threads.call(settings.env_timeout_s, fn, *args)
@@ -249,15 +277,6 @@ class RolloutEngine:
         with contextlib.suppress(Exception):
             await self._env_call(settings, _close_quietly, env)
 
-    def _turn_budget(self, settings: RolloutSettings, allowed: Sequence[str] | None) -> int:
-        """Tokens the next action may take (a constrained action may exceed max_new_tokens)."""
-        if not allowed:
-            return settings.max_new_tokens
-        for action in allowed:
-            if action not in self._action_lengths:
-                self._action_lengths[action] = len(self.chat.action_ids(action))
-        return max(settings.max_new_tokens, *(self._action_lengths[a] for a in allowed))
-
     async def _open(
         self, env: Environment, spec: EpisodeSpec, settings: RolloutSettings, traj: Trajectory
     ) -> str:
@@ -285,47 +304,35 @@ class RolloutEngine:
     ) -> None:
         observation = await self._open(env, spec, settings, traj)
         render = await self._first_frame(env, settings, traj, frames)
-        prompt = self.chat.prompt_ids(self._instructions[id(env)], observation)
-        traj.prompt_length = len(prompt)
-        self._append(traj, prompt, sampled=False)
+        conversation = self.dialogue.open(
+            traj,
+            session,
+            self._instructions[id(env)],
+            observation,
+            max_context_tokens=settings.max_context_tokens,
+            max_new_tokens=settings.max_new_tokens,
+        )
         traj.termination = Termination.HORIZON
         for turn in range(settings.max_turns):
             allowed = None
             if settings.constrained:
                 allowed = contract.actions(env, await self._env_call(settings, env.valid_actions))
-            budget = self._turn_budget(settings, allowed)
-            if len(traj.token_ids) + budget > settings.max_context_tokens:
+            try:
+                reply = await self._generate(conversation, _params(settings, spec, turn), allowed)
+            except ContextWindowExceeded:
                 traj.termination = Termination.CONTEXT_BUDGET
                 return
-            params = SamplingParams(
-                max_new_tokens=settings.max_new_tokens,
-                temperature=settings.temperature,
-                greedy=settings.greedy,
-                seed=hash((settings.seed, spec.task_id, spec.group, spec.sample, turn)) % (2**62),
-            )
-            start = time.perf_counter()
-            try:
-                generation = await self.policy.generate(
-                    traj.token_ids, params, allowed, session=session
-                )
-            except Exception as error:
-                raise PolicyError(f"generation failed: {type(error).__name__}: {error}") from error
-            self.generate_seconds += time.perf_counter() - start
-            start_index = len(traj.token_ids)
-            self._append(traj, generation.token_ids, sampled=True, logprobs=generation.logprobs)
-            for offset, ids in enumerate(generation.allowed or []):
-                if ids is not None:
-                    traj.constraints[start_index + offset] = tuple(ids)
-            result = contract.step(env, await self._env_call(settings, env.step, generation.text))
+            conversation.add_action(reply)
+            result = contract.step(env, await self._env_call(settings, env.step, reply.text))
             traj.turns.append(
                 Turn(
-                    generation.text,
+                    reply.text,
                     result.observation,
                     float(result.reward),
                     result.done,
                     dict(result.info),
                     allowed=list(allowed) if allowed is not None else None,
-                    logprob=float(sum(generation.logprobs)),
+                    logprob=reply.logprob,
                 )
             )
             traj.reward += float(result.reward)
@@ -337,14 +344,30 @@ class RolloutEngine:
                 return
             if turn + 1 == settings.max_turns:
                 return  # horizon: no observation after the last action the agent may take
-            delta = self.chat.observation_ids(result.observation)
-            if (
-                len(traj.token_ids) + len(delta) + settings.max_new_tokens
-                > settings.max_context_tokens
-            ):
+            try:
+                conversation.add_observation(result.observation)
+            except ContextWindowExceeded:
                 traj.termination = Termination.CONTEXT_BUDGET
                 return
-            self._append(traj, delta, sampled=False)
+
+    async def _generate(
+        self, conversation: Conversation, params: SamplingParams, allowed: Sequence[str] | None
+    ) -> Reply:
+        """The policy's next action, timed in `generate_seconds`.
+
+        Raises:
+            ContextWindowExceeded: the action would not fit; it ends only this episode.
+            PolicyError: the policy failed, which stops the run.
+        """
+        start = time.perf_counter()
+        try:
+            reply = await conversation.generate(params, allowed)
+        except ContextWindowExceeded:
+            raise
+        except Exception as error:
+            raise PolicyError(f"generation failed: {type(error).__name__}: {error}") from error
+        self.generate_seconds += time.perf_counter() - start
+        return reply
 
     async def _first_frame(
         self, env: Environment, settings: RolloutSettings, traj: Trajectory, frames: bool
@@ -362,14 +385,12 @@ class RolloutEngine:
         except Exception as error:  # noqa: BLE001 - a picture must not cost the episode
             return f"(render() failed: {type(error).__name__}: {error})"
 
-    @staticmethod
-    def _append(
-        traj: Trajectory,
-        token_ids: Sequence[int],
-        *,
-        sampled: bool,
-        logprobs: Sequence[float] | None = None,
-    ) -> None:
-        traj.token_ids.extend(int(t) for t in token_ids)
-        traj.loss_mask.extend([1 if sampled else 0] * len(token_ids))
-        traj.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(token_ids))
+
+def _params(settings: RolloutSettings, spec: EpisodeSpec, turn: int) -> SamplingParams:
+    """How to sample `turn` of an episode; the seed follows from the run, episode and turn."""
+    return SamplingParams(
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        greedy=settings.greedy,
+        seed=hash((settings.seed, spec.task_id, spec.group, spec.sample, turn)) % (2**62),
+    )

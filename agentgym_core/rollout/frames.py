@@ -14,8 +14,7 @@ from __future__ import annotations
 import base64
 import struct
 import zlib
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 MAX_SIDE = 256
 """Largest width or height of a kept image frame, in pixels."""
@@ -23,8 +22,6 @@ MAX_BYTES = 300_000
 """Largest encoded frame kept; a larger one becomes a note."""
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DATA_URI = "data:image/png;base64,"
-
-T = TypeVar("T")
 
 
 def encode_frame(frame: Any) -> str | None:
@@ -71,20 +68,3 @@ def png_bytes(image: Any) -> bytes:
         + chunk(b"IDAT", zlib.compress(rows, 6))
         + chunk(b"IEND", b"")
     )
-
-
-def round_robin(items: Sequence[T], count: int) -> list[T]:
-    """Up to `count` items (each with a `.group`), one per group in turn: distinct tasks first.
-
-    The tracker logs these episodes, and the engine draws frames for the same
-    ones, so the episodes a person opens are the ones with frames.
-    """
-    by_group: dict[Any, list[T]] = {}
-    for item in items:
-        by_group.setdefault(item.group, []).append(item)  # type: ignore[attr-defined]
-    chosen: list[T] = []
-    depth = 0
-    while len(chosen) < min(count, len(items)):
-        chosen.extend(g[depth] for g in by_group.values() if depth < len(g))
-        depth += 1
-    return chosen[:count]

@@ -1,4 +1,4 @@
-"""Text-level policies (chat APIs) and the episode loop that evaluates them.
+"""Text-level policies (chat APIs) and how the rollout engine converses with them.
 
 A chat API takes messages and returns text: no prompt token ids, no sampled
 token ids, no log-probabilities. Such a policy cannot train (the learner needs
@@ -6,34 +6,44 @@ the exact sampled tokens and their log-probabilities), but it can be evaluated
 on the same tasks, with the same conversation, turn limit and metrics as a
 token-level policy, so API models and trained checkpoints share one table.
 
-The conversation is the one `ChatFormat.prompt_ids` renders for token-level
-policies: the instruction, the priming reply, the first observation, then
-alternating actions and observations. Trajectories carry turns, rewards and
-terminations; their token fields stay empty.
+It plays in the rollout engine's one turn loop; only its `Dialogue` differs
+(`TextDialogue`, see `rollout.conversation`). The conversation is the one
+`ChatFormat.prompt_ids` renders for token-level policies: the instruction, the
+priming reply, the first observation, then alternating actions and
+observations. Trajectories carry turns, rewards and terminations; their token
+fields stay empty and each turn's `logprob` is None.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from agentgym_core.interfaces import Environment, SamplingParams
-from agentgym_core.rollout import contract
 from agentgym_core.rollout.chat import PRIMING_REPLY
-from agentgym_core.rollout.engine import (
-    EpisodeSpec,
-    PolicyError,
-    RolloutEngine,
-    RolloutSettings,
-)
-from agentgym_core.types import Termination, Trajectory, Turn
+from agentgym_core.rollout.conversation import ContextWindowExceeded, Reply
+from agentgym_core.rollout.engine import RolloutEngine
+from agentgym_core.types import Trajectory
 
-Message = Mapping[str, str]
-"""One chat message: `{"role": "user" | "assistant" | "system", "content": ...}`."""
+__all__ = [
+    "ChatMessage",
+    "ContextWindowExceeded",
+    "Message",
+    "TextConversation",
+    "TextDialogue",
+    "TextPolicy",
+    "TextRolloutEngine",
+    "is_text_level",
+    "opening_messages",
+]
 
+ChatMessage = Mapping[str, str]
+"""One chat API message: `{"role": "user" | "assistant" | "system", "content": ...}`.
 
-class ContextWindowExceeded(Exception):
-    """The endpoint refused the conversation as too long: the episode ends `context_budget`."""
+Not an AgentTraj turn (`agentgym_core.types.Message`, `human`/`gpt` with a loss flag).
+"""
+Message = ChatMessage
+"""`ChatMessage` under its older name, as `agentgym_core.api` has always lent it."""
 
 
 @runtime_checkable
@@ -48,7 +58,7 @@ class TextPolicy(Protocol):
 
     async def chat(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         params: SamplingParams,
         allowed_actions: Sequence[str] | None = None,
     ) -> str:
@@ -82,13 +92,61 @@ def opening_messages(instruction: str, observation: str) -> list[dict[str, str]]
     ]
 
 
-class TextRolloutEngine(RolloutEngine):
-    """`RolloutEngine` for a `TextPolicy`: the same episodes, messages instead of token ids.
+class TextDialogue:
+    """Conversations with a `TextPolicy`: messages in, text out.
 
-    Environment threads, timeouts, env-error handling and result order are the
-    token engine's; only the turn loop differs. `rollout.max_context_tokens`
-    does not apply (there is no tokenizer): the endpoint's own window does, and
-    a refusal for length ends the episode with `context_budget`.
+    `rollout.max_context_tokens` does not apply (there is no tokenizer): the
+    endpoint's own window does, and its refusal for length
+    (`ContextWindowExceeded`) ends the episode with `context_budget`.
+    """
+
+    def __init__(self, policy: TextPolicy) -> None:
+        self.policy = policy
+
+    def open(
+        self,
+        traj: Trajectory,
+        session: Hashable,
+        instruction: str,
+        observation: str,
+        *,
+        max_context_tokens: int,
+        max_new_tokens: int,
+    ) -> TextConversation:
+        """The opening messages; the trajectory's token fields stay empty."""
+        return TextConversation(self.policy, opening_messages(instruction, observation))
+
+    async def aclose(self) -> None:
+        """Close the policy's connections of this event loop."""
+        await self.policy.aclose()
+
+
+class TextConversation:
+    """One episode as a growing list of chat messages."""
+
+    def __init__(self, policy: TextPolicy, messages: list[dict[str, str]]) -> None:
+        self.policy = policy
+        self.messages = messages
+
+    async def generate(self, params: SamplingParams, allowed: Sequence[str] | None) -> Reply:
+        """The policy's answer to the conversation so far."""
+        return Reply(await self.policy.chat(self.messages, params, allowed))
+
+    def add_action(self, reply: Reply) -> None:
+        """The action as an assistant message."""
+        self.messages.append({"role": "assistant", "content": reply.text})
+
+    def add_observation(self, observation: str) -> None:
+        """The observation as a user message."""
+        self.messages.append({"role": "user", "content": observation})
+
+
+class TextRolloutEngine(RolloutEngine):
+    """`RolloutEngine` for a `TextPolicy`: the same episodes and turn loop, over messages.
+
+    Environment threads, timeouts, env-error handling, result order and the
+    turn loop are the token engine's; the conversation is a `TextDialogue`,
+    and the policy's `aclose` runs as each `run_async` ends.
     """
 
     def __init__(
@@ -98,67 +156,11 @@ class TextRolloutEngine(RolloutEngine):
         *,
         env_threads: int = 8,
     ) -> None:
-        super().__init__(env_factory, policy, chat=None, env_threads=env_threads)  # type: ignore[arg-type]
+        super().__init__(
+            env_factory,
+            policy,  # type: ignore[arg-type]
+            None,
+            env_threads=env_threads,
+            dialogue=TextDialogue(policy),
+        )
         self.text_policy = policy
-
-    async def run_async(
-        self, episodes: Sequence[EpisodeSpec], settings: RolloutSettings
-    ) -> list[Trajectory]:
-        """Play every episode; the policy's connections close with the event loop's run."""
-        try:
-            return await super().run_async(episodes, settings)
-        finally:
-            await self.text_policy.aclose()
-
-    async def _play(
-        self,
-        env: Environment,
-        spec: EpisodeSpec,
-        settings: RolloutSettings,
-        traj: Trajectory,
-        session: int,
-        frames: bool = False,
-    ) -> None:
-        observation = await self._open(env, spec, settings, traj)
-        render = await self._first_frame(env, settings, traj, frames)
-        messages = opening_messages(self._instructions[id(env)], observation)
-        traj.termination = Termination.HORIZON
-        for turn in range(settings.max_turns):
-            allowed = None
-            if settings.constrained:
-                allowed = contract.actions(env, await self._env_call(settings, env.valid_actions))
-            params = SamplingParams(
-                max_new_tokens=settings.max_new_tokens,
-                temperature=settings.temperature,
-                greedy=settings.greedy,
-                seed=hash((settings.seed, spec.task_id, spec.group, spec.sample, turn)) % (2**62),
-            )
-            try:
-                action = await self.text_policy.chat(messages, params, allowed)
-            except ContextWindowExceeded:
-                traj.termination = Termination.CONTEXT_BUDGET
-                return
-            except Exception as error:
-                raise PolicyError(f"generation failed: {type(error).__name__}: {error}") from error
-            result = contract.step(env, await self._env_call(settings, env.step, action))
-            traj.turns.append(
-                Turn(
-                    action,
-                    result.observation,
-                    float(result.reward),
-                    result.done,
-                    dict(result.info),
-                    allowed=list(allowed) if allowed is not None else None,
-                )
-            )
-            traj.reward += float(result.reward)
-            if render is not None:
-                traj.frames.append(await self._frame(settings, render))  # type: ignore[union-attr]
-            if result.done or result.truncated:
-                traj.success = bool(result.info.get("success", result.reward > 0))
-                traj.termination = Termination.DONE
-                return
-            messages += [
-                {"role": "assistant", "content": action},
-                {"role": "user", "content": result.observation},
-            ]

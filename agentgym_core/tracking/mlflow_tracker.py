@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_core import hookimpl
-from agentgym_core.rollout.frames import round_robin
-from agentgym_core.types import Trajectory, TrajectoryBatch
+from agentgym_core.types import Trajectory, TrajectoryBatch, round_robin
 
 STORE_FILE = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"

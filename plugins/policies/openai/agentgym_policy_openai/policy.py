@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 import httpx
 
 from agentgym_core.api import (
+    ChatMessage,
     ConfigError,
     ContextWindowExceeded,
     Generation,
-    Message,
     Problem,
     SamplingParams,
 )
@@ -78,7 +78,7 @@ class OpenAIPolicy:
 
     async def chat(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         params: SamplingParams,
         allowed_actions: Sequence[str] | None = None,
     ) -> str:
@@ -89,7 +89,7 @@ class OpenAIPolicy:
 
     def request_body(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         params: SamplingParams,
         allowed_actions: Sequence[str] | None,
     ) -> dict[str, Any]:
