@@ -28,6 +28,8 @@ What is here:
   `ContextWindowExceeded`;
 - data: `read_items`, `read_pairs`, `AgentTrajItem`, `AgentTrajPair` (AgentTraj JSON);
 - errors: `ConfigError`, `Problem` (a user-facing config error naming its key);
+- stage kinds (`agentgym_register_stage_kinds`): `StageContext`, `StageOutcome`,
+  and `run_stage` to run another kind inside one's own;
 - the test kit: `check_environment`, `EnvironmentCheckError` (the pytest
   fixtures `agentgym_plugin`, `agentgym_host` and `tiny_model_dir` load by
   themselves once agentgym-core is installed).
@@ -94,6 +96,7 @@ if TYPE_CHECKING:
     from agentgym_core.policies.constraints import ActionConstraint
     from agentgym_core.rollout.chat import ChatFormat
     from agentgym_core.rollout.text import ChatMessage, ContextWindowExceeded, Message, TextPolicy
+    from agentgym_core.run.kinds import StageContext, StageOutcome, run_stage
     from agentgym_core.tasks import TEST_SEED_OFFSET, SeededTask, seeded_task, seeded_task_ids
     from agentgym_core.testing import EnvironmentCheckError, check_environment
 
@@ -125,6 +128,7 @@ _LAZY = {
     "agentgym_core.rollout.chat": ("ChatFormat",),
     "agentgym_core.rollout.text": ("ChatMessage", "ContextWindowExceeded", "Message", "TextPolicy"),
     "agentgym_core.tasks": ("TEST_SEED_OFFSET", "SeededTask", "seeded_task", "seeded_task_ids"),
+    "agentgym_core.run.kinds": ("StageContext", "StageOutcome", "run_stage"),
     "agentgym_core.testing": ("EnvironmentCheckError", "check_environment"),
 }
 """Module -> names it lends this API, imported on first access (PEP 562)."""
@@ -160,6 +164,8 @@ __all__ = [
     "SamplingParams",
     "SeededTask",
     "SequenceInputs",
+    "StageContext",
+    "StageOutcome",
     "StepResult",
     "TaskId",
     "Termination",
@@ -182,6 +188,7 @@ __all__ = [
     "masked_mean",
     "read_items",
     "read_pairs",
+    "run_stage",
     "seeded_task",
     "seeded_task_ids",
     "spread",

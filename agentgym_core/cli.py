@@ -61,14 +61,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     own policy, e.g. an API model, or model.path) is one row of one table.
     """
     from agentgym_core import distributed
-    from agentgym_core.run.evaluate import partial_note
-    from agentgym_core.run.pipeline import (
+    from agentgym_core.run.eval_stage import (
         comparison_table,
         eval_table,
         is_comparison,
         run_comparison,
         run_eval_stage,
     )
+    from agentgym_core.run.evaluate import partial_note
     from agentgym_core.run.recovery import env_errors, last_error
 
     host = plugin_host()

@@ -86,6 +86,26 @@ def agentgym_register_schedulers(register: Register) -> None:
     """
 
 
+@hookspec
+def agentgym_register_stage_kinds(register: Register) -> None:
+    """Register kinds of pipeline stage (what `stages: [{type: ...}]` may name).
+
+    Called once per plugin when the plugin facade is created. The core registers
+    `train` (online RL), `offline` (SFT, DPO: a `train` stage whose algorithm is
+    offline runs as this kind), `eval` and `evolve` the same way.
+
+    Args:
+        register: call `register(name, factory, config=Model)`. `factory(context,
+            options)` receives an `agentgym_core.run.kinds.StageContext` (the stage's
+            resolved config, the plugin host, the weights it starts from, earlier
+            stages' folders) and the validated `Model` of the stage's `options`
+            block, and returns an object whose `run(show_progress=..., quiet=...)`
+            returns a `StageOutcome`. A `check(config, prefix)` static method on the
+            factory, if present, returns the config `Problem`s of a stage of this
+            kind before any stage runs.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Lifecycle: observe a run (trackers, user callbacks). Return values are ignored.
 # Under `accelerate launch` only the main process calls them, with the whole step's

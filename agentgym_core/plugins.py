@@ -25,13 +25,14 @@ from agentgym_core.registry import Registration, Registry, RegistryError
 from agentgym_core.types import TrajectoryBatch
 
 ENTRY_POINT_GROUP = "agentgym"
-BUILTIN_PLUGINS = ("agentgym_core.policies.builtin",)
+BUILTIN_PLUGINS = ("agentgym_core.policies.builtin", "agentgym_core.run.kinds")
 
 _REGISTER_HOOKS = {
     "environment": "agentgym_register_environments",
     "policy": "agentgym_register_policies",
     "algorithm": "agentgym_register_algorithms",
     "scheduler": "agentgym_register_schedulers",
+    "stage": "agentgym_register_stage_kinds",
 }
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-KINDS = ("environment", "policy", "algorithm", "scheduler")
-"""Component kinds; each has a registration hook and a config block."""
+KINDS = ("environment", "policy", "algorithm", "scheduler", "stage")
+"""Component kinds; each has a registration hook. The first four have a config block each;
+a stage kind validates the `options` of the pipeline stages of its kind."""
 
 
 class RegistryError(Exception):

@@ -30,8 +30,8 @@ from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
 from agentgym_core.config.load import load_config
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
-from agentgym_core.run.pipeline import run_eval_stage
-from agentgym_core.run.train import TrainStage
+from agentgym_core.run.eval_stage import run_eval_stage
+from agentgym_core.run.kinds import run_stage
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ALGORITHMS = {
@@ -97,7 +97,7 @@ def train_and_eval(path: Path, host: PluginHost) -> dict[str, float]:
     """Train one config, evaluate its checkpoint; wall time and throughput of the training."""
     resolved = load_config(path, [], host.registry)
     start, cpu = time.perf_counter(), cpu_seconds()
-    trained = TrainStage(resolved, host).run(show_progress=False)
+    trained = run_stage(resolved, host, show_progress=False)
     wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     metrics, _ = run_eval_stage(resolved, host, trained.checkpoint)
     history = trained.history

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from agentgym_core.config.load import load_config  # noqa: E402
 from agentgym_core.plugins import PluginHost  # noqa: E402
-from agentgym_core.run.pipeline import run_eval_stage  # noqa: E402
-from agentgym_core.run.train import TrainStage  # noqa: E402
+from agentgym_core.run.eval_stage import run_eval_stage  # noqa: E402
+from agentgym_core.run.kinds import run_stage  # noqa: E402
 from examples.babyai_demo import build_model  # noqa: E402
 
 CONFIG = ROOT / "configs" / "babyai-demo.yaml"
@@ -49,7 +49,7 @@ def train(model: Path, out: Path, seed: int, steps: int, arm: str, host: PluginH
     ]
     resolved = load_config(CONFIG, overrides, host.registry)
     start = time.perf_counter()
-    result = TrainStage(resolved, host).run(show_progress=False, quiet=True)
+    result = run_stage(resolved, host, show_progress=False, quiet=True)
     return resolved, result, time.perf_counter() - start
 
 

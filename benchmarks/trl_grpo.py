@@ -66,6 +66,7 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
 
     from agentgym_core.config.load import load_config
     from agentgym_core.plugins import PluginHost
+    from agentgym_core.run.kinds import StageContext
     from agentgym_core.run.train import TrainStage
 
     raw = {
@@ -99,7 +100,8 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
     host = PluginHost()
     tokens = TokenCounter()
     host.pm.register(tokens)
-    stage = TrainStage(load_config(str(path), [], host.registry), host)
+    resolved = load_config(str(path), [], host.registry)
+    stage = TrainStage(StageContext(resolved, host, start_model=Path(resolved.root.model.path)))
     baseline = rss_mib()
     result = stage.run(show_progress=False)
     history = result.history
@@ -134,7 +136,7 @@ def planned_tasks(args: argparse.Namespace) -> list[int]:
     """The tasks agentgym's trainer plays, update after update (its seeded sampling)."""
     from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
 
-    from agentgym_core.run.train import sample_tasks, step_seed
+    from agentgym_core.run.rollout_step import sample_tasks, step_seed
 
     train = list(BabyAIEnv(BabyAIConfig(levels=LEVELS)).tasks("train"))
     return [

@@ -17,6 +17,7 @@ from agentgym_core.config import (
 )
 from agentgym_core.config import schema as schema_module
 from agentgym_core.registry import Registration, Registry
+from agentgym_core.run.kinds import BUILTIN_KINDS, NoOptions
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -77,6 +78,8 @@ def registry() -> Registry:
         ("policy", "hf", HFOptions),
     ]:
         reg.add(Registration(kind, name, dict, options, "tests", "0"))
+    for name, factory in BUILTIN_KINDS.items():  # the core's stage kinds, as a host has them
+        reg.add(Registration("stage", name, factory, NoOptions, "tests", "0"))
     return reg
 
 
@@ -392,18 +395,21 @@ def test_stage_errors_name_the_stage(write, registry):
     assert "stages.0.trainer.steps: Input should be greater than 0 (got -2)" in message
 
 
-def test_stage_shape_errors(write):
+def test_stage_shape_errors(write, registry):
     text = BASE + "stages:\n  - {name: a, type: tune}\n  - {name: a, type: eval, trainr: {}}\n"
     message = errors_of(write(text))
-    assert "stages.0.type: Input should be 'train', 'eval' or 'evolve'" in message
     assert "stages.1.trainr: unknown key (did you mean 'trainer'?)" in message
+    text = BASE + "stages:\n  - {name: a, type: tune}\n  - {name: b, type: eval}\n"
+    message = errors_of(write(text), registry=registry)
+    assert "stages.0.type: unknown stage type 'tune'; registered: eval, evolve, train" in message
     message = errors_of(write(BASE + "stages: [{name: a, type: eval}, {name: a, type: eval}]\n"))
     assert "stages: stage names must be unique" in message
 
 
-def test_train_stage_needs_algorithm_and_scheduler(write):
+def test_train_stage_needs_algorithm_and_scheduler(write, registry):
     text = "model: {path: m}\nenv: {name: grid}\neval: {max_turns: 3}\n"
-    message = errors_of(write(text + "stages: [{name: a, type: eval}, {name: b, type: train}]\n"))
+    stages = "stages: [{name: a, type: eval}, {name: b, type: train}]\n"
+    message = errors_of(write(text + stages), registry=registry)
     assert "stages.1.algorithm: a train stage needs algorithm" in message
     assert "stages.1.scheduler: a train stage needs scheduler" in message
     assert "stages.0" not in message

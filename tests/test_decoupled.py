@@ -1,17 +1,28 @@
-"""Decoupled PPO for stale rollouts: the truncated behaviour weights, by hand."""
+"""Off-policy corrections: behaviour weights by hand, each strategy against the others."""
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 
 import pytest
 import torch
 
-from agentgym_core.learner.decoupled import importance_weights
-from agentgym_core.learner.learner import Learner, LearnerSettings, token_logprobs
+from agentgym_core.learner.decoupled import BehaviourWeights, importance_weights
+from agentgym_core.learner.forward import token_logprobs
+from agentgym_core.learner.learner import Learner
+from agentgym_core.learner.offpolicy import (
+    DecoupledInPass,
+    DecoupledUpFront,
+    OffPolicySettings,
+    OnPolicy,
+    Recomputed,
+    correction_for,
+)
 from agentgym_core.learner.packing import pack
-from agentgym_core.types import Trajectory
+from agentgym_core.learner.settings import LearnerSettings
+from agentgym_core.types import Trajectory, TrajectoryBatch
 
 
 def test_importance_weights_by_hand():
@@ -24,51 +35,88 @@ def test_importance_weights_by_hand():
     assert raw == pytest.approx([3.0, 0.5])
     weights, _ = importance_weights(proximal, behaviour, [0, 1, 0, 1], cap=5.0)
     assert weights == pytest.approx([0.0, 3.0, 0.0, 0.5])
+    # AReaL's masking: a token over the cap is dropped, not capped
+    weights, _ = importance_weights(proximal, behaviour, [0, 1, 0, 1], cap=2.0, mode="mask")
+    assert weights == pytest.approx([0.0, 0.0, 0.0, 0.5])
 
 
-def test_learner_decouple_scales_advantages_and_takes_proximal_logprobs(tiny_model):
-    """The learner's step: advantages times min(pi_prox / pi_behav, cap), proximal as old."""
+@pytest.mark.parametrize(
+    ("mode", "expected", "over_key"),
+    [
+        ("truncate", [2.0, 0.5, 1.0], "importance_truncated_fraction"),
+        ("mask", [0.0, 0.5, 1.0], "importance_masked_fraction"),
+    ],
+)
+def test_behaviour_weights_and_their_statistics_by_hand(mode, expected, over_key):
+    ratios = [3.0, 0.5, 1.0]  # pi_prox / pi_behav on three sampled tokens; a prompt token first
+    behaviour = torch.tensor([[0.0, *(math.log(0.1) for _ in ratios)]])
+    proximal = behaviour + torch.tensor([[5.0, *(math.log(r) for r in ratios)]])
+    mask = torch.tensor([[0, 1, 1, 1]])
+    tally = BehaviourWeights(2.0, mode)
+    weights = tally.weigh(proximal, behaviour, mask, tally=True)
+    assert weights[0].tolist() == pytest.approx([0.0, *expected], rel=1e-5)
+    stats = tally.stats()
+    assert stats["importance_weight_mean"] == pytest.approx(sum(expected) / 3, rel=1e-5)
+    assert stats["importance_weight_max"] == pytest.approx(3.0, rel=1e-5)
+    assert stats[over_key] == pytest.approx(1 / 3)
+    gaps = sum(abs(math.log(r)) for r in ratios) / 3
+    assert stats["sampler_logprob_diff"] == pytest.approx(gaps, rel=1e-5)
+
+
+def test_the_settings_choose_the_correction():
+    fresh, stale = OffPolicySettings(), OffPolicySettings(max_staleness=1)
+    assert isinstance(correction_for(fresh, steps=1, dropout=False), OnPolicy)
+    assert isinstance(correction_for(fresh, steps=2, dropout=False), Recomputed)
+    assert isinstance(correction_for(stale, steps=1, dropout=False), DecoupledInPass)
+    assert isinstance(correction_for(stale, steps=2, dropout=False), DecoupledUpFront)
+    # a train-mode pass with dropout is a noisy proximal policy: weigh in eval mode, up front
+    assert isinstance(correction_for(stale, steps=1, dropout=True), DecoupledUpFront)
+
+
+def _trajectory(model, seed: int, length: int = 14) -> tuple[Trajectory, list[float]]:
+    """A trajectory with 8 sampled tokens and the model's own log-probabilities of it."""
+    rng = random.Random(seed)
+    ids = [rng.randrange(3, model.config.vocab_size) for _ in range(length)]
+    mask = [0] * (length - 8) + [1] * 8
+    traj = Trajectory(task_id=0, group=0, token_ids=ids, loss_mask=mask, logprobs=[0.0] * length)
+    (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=1000)
+    with torch.no_grad():
+        own = [0.0] + token_logprobs(model.eval(), mb, 1.0)[0][0, :-1].tolist()
+    return traj, own
+
+
+def test_up_front_correction_packs_proximal_logprobs_and_weights_beside_the_batch(tiny_model):
+    """Decoupled PPO up front: old = the learner's, weight = min(pi_prox / pi_behav, cap)."""
     from agentgym_algo_grpo import GRPO, GRPOConfig
 
     model, _ = tiny_model
-    rng = random.Random(0)
-    ids = [rng.randrange(3, model.config.vocab_size) for _ in range(14)]
-    mask = [0] * 6 + [1] * 8
-    traj = Trajectory(task_id=0, group=0, token_ids=ids, loss_mask=mask, logprobs=[0.0] * 14)
-    (mb,) = pack([traj], row_tokens=None, micro_batch_tokens=1000)
-    with torch.no_grad():
-        proximal = [0.0] + token_logprobs(model, mb, 1.0)[0][0, :-1].tolist()
+    traj, proximal = _trajectory(model, 0)
     ratios = [3.0, 0.5, 1.0, 1.5] * 2  # pi_prox / pi_behav on the 8 sampled tokens
     behaviour = list(proximal)
     for position, ratio in zip(range(6, 14), ratios, strict=True):
         behaviour[position] = proximal[position] - math.log(ratio)
     traj.logprobs = behaviour
-    traj.advantages = [0.5 * m for m in mask]
+    traj.advantages = [0.5 * m for m in traj.loss_mask]
+    before = copy.deepcopy(traj)
     learner = Learner(model, GRPO(GRPOConfig()), LearnerSettings(lr=1e-2))
-    stats = learner._decouple([traj], cap=2.0)
-    assert traj.advantages[:6] == [0.0] * 6
-    assert traj.advantages[6:] == pytest.approx([0.5 * min(r, 2.0) for r in ratios], rel=1e-4)
-    assert traj.logprobs[6:] == pytest.approx(proximal[6:], abs=1e-5)
+    correction = DecoupledUpFront(BehaviourWeights(2.0))
+    columns = correction.prepare([traj], learner._proximal)
+    assert columns["weights"][0][:6] == [0.0] * 6
+    assert columns["weights"][0][6:] == pytest.approx([min(r, 2.0) for r in ratios], rel=1e-4)
+    assert columns["old_logprobs"][0][6:] == pytest.approx(proximal[6:], abs=1e-5)
+    assert traj == before  # the trajectory is only read
+    stats = correction.stats()
     assert stats["importance_weight_mean"] == pytest.approx(
         sum(min(r, 2.0) for r in ratios) / 8, rel=1e-4
     )
     assert stats["importance_weight_max"] == pytest.approx(3.0, rel=1e-4)
     assert stats["importance_truncated_fraction"] == pytest.approx(2 / 8)
-    assert stats["behaviour_logprob_diff"] == pytest.approx(
+    assert stats["sampler_logprob_diff"] == pytest.approx(
         sum(abs(math.log(r)) for r in ratios) / 8, rel=1e-4
     )
 
 
-def test_one_step_update_weighs_in_the_loss_pass_as_the_up_front_pass_does(tiny_model):
-    """epochs 1, mini_batches 1: the proximal values come from the loss's own forward pass;
-    the update and its statistics match weighing every trajectory up front."""
-    import copy
-
-    from agentgym_algo_grpo import GRPO, GRPOConfig
-
-    from agentgym_core.types import TrajectoryBatch
-
-    model, _ = tiny_model
+def _stale_batch(model) -> list[Trajectory]:
     rng = random.Random(1)
     trajectories = []
     for index in range(4):
@@ -81,22 +129,32 @@ def test_one_step_update_weighs_in_the_loss_pass_as_the_up_front_pass_does(tiny_
         traj = Trajectory(task_id=index, group=0, token_ids=ids, loss_mask=mask, logprobs=behaviour)
         traj.advantages = [advantage * m for m in mask]
         trajectories.append(traj)
-    twin = [copy.deepcopy(t) for t in trajectories]
-    settings = {"lr": 1e-2, "epochs": 1, "mini_batches": 1}
-    one_pass = Learner(
-        copy.deepcopy(model), GRPO(GRPOConfig()), LearnerSettings(**settings, importance_cap=2.0)
-    )
-    up_front = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), LearnerSettings(**settings))
-    expected = up_front._decouple(twin, cap=2.0)
-    assert 0 < expected["importance_truncated_fraction"] < 1  # both branches of the cap
+    return trajectories
+
+
+@pytest.mark.parametrize("mode", ["truncate", "mask"])
+def test_one_step_update_weighs_in_the_loss_pass_as_the_up_front_pass_does(tiny_model, mode):
+    """epochs 1, mini_batches 1: the proximal values come from the loss's own forward pass;
+    the update and its statistics match weighing every trajectory up front."""
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    model, _ = tiny_model
+    trajectories = _stale_batch(model)
+    twin = copy.deepcopy(trajectories)
+    stale = OffPolicySettings(max_staleness=1, importance_cap=2.0, importance_mode=mode)
+    settings = LearnerSettings(lr=1e-2, off_policy=stale)
+    one_pass = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), settings)
+    up_front = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), settings)
 
     got = one_pass.update(TrajectoryBatch(trajectories))
-    reference = up_front.update(TrajectoryBatch(twin))
+    reference = up_front.update(
+        TrajectoryBatch(twin), DecoupledUpFront(BehaviourWeights(2.0, mode))
+    )
 
-    for key in ("importance_weight_mean", "importance_weight_max", "importance_truncated_fraction"):
-        assert got[key] == pytest.approx(expected[key], rel=1e-4), key
-    drift = expected["behaviour_logprob_diff"]
-    assert got["sampler_logprob_diff"] == pytest.approx(drift, rel=1e-4)
+    over = f"importance_{'truncated' if mode == 'truncate' else 'masked'}_fraction"
+    assert 0 < reference[over] < 1  # both branches of the cap
+    for key in ("importance_weight_mean", "importance_weight_max", over, "sampler_logprob_diff"):
+        assert got[key] == pytest.approx(reference[key], rel=1e-4), key
     # the weighted loss and its gradient (Adam's first step is nearly sign(gradient): the
     # parameters alone would hardly tell a weighting error)
     assert got["loss"] == pytest.approx(reference["loss"], rel=1e-4)
@@ -110,3 +168,29 @@ def test_one_step_update_weighs_in_the_loss_pass_as_the_up_front_pass_does(tiny_
         for mine, start in zip(one_pass.unwrapped.parameters(), model.parameters(), strict=True)
     )
     assert moved
+    unweighted = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), LearnerSettings(lr=1e-2))
+    plain = unweighted.update(TrajectoryBatch(copy.deepcopy(twin)))
+    assert got["loss"] != pytest.approx(plain["loss"], rel=1e-3)  # the weights did something
+    assert trajectories == _stale_batch(model)  # the update only read its batch
+
+
+def test_a_model_with_dropout_is_weighed_up_front_in_eval_mode(tiny_model):
+    """A train-mode pass with dropout would give noisy proximal values: they come up front,
+    in eval mode, the same however often they are computed."""
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    model, _ = tiny_model
+    config = copy.deepcopy(model.config)
+    config.attention_dropout = 0.5
+    dropping = type(model)(config)
+    dropping.load_state_dict(model.state_dict())
+    stale = OffPolicySettings(max_staleness=1)
+    learner = Learner(dropping, GRPO(GRPOConfig()), LearnerSettings(off_policy=stale))
+    assert learner._dropout
+    trajectories = _stale_batch(model)
+    first = DecoupledUpFront(BehaviourWeights(2.0)).prepare(trajectories, learner._proximal)
+    again = DecoupledUpFront(BehaviourWeights(2.0)).prepare(trajectories, learner._proximal)
+    assert first == again
+    plain = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), LearnerSettings(off_policy=stale))
+    assert not plain._dropout
+    assert first == DecoupledUpFront(BehaviourWeights(2.0)).prepare(trajectories, plain._proximal)

@@ -25,7 +25,7 @@ from agentgym_core import distributed
 from agentgym_core.config.load import load_config
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
-from agentgym_core.run.train import TrainStage
+from agentgym_core.run.kinds import run_stage
 
 # -- the split and gather helpers (one process) -------------------------------------------
 
@@ -176,7 +176,7 @@ def one_process(tmp_path_factory, gotoobj_model):
     """The config, and the result of training on it in this process."""
     config = _config(tmp_path_factory.mktemp("dist"), gotoobj_model)
     host = PluginHost()
-    return config, TrainStage(load_config(config, [], host.registry), host).run(show_progress=False)
+    return config, run_stage(load_config(config, [], host.registry), host, show_progress=False)
 
 
 @pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])

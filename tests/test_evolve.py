@@ -178,9 +178,9 @@ def test_evolve_fine_tunes_from_the_start_or_the_previous_round(
 
     starts, original = [], evolve_module.OfflineStage
 
-    def recording(*args, start_model, **kwargs):
-        starts.append(Path(start_model))
-        return original(*args, start_model=start_model, **kwargs)
+    def recording(context):
+        starts.append(Path(context.start_model))
+        return original(context)
 
     monkeypatch.setattr(evolve_module, "OfflineStage", recording)
     sft = {"name": "sft", "expert": {"episodes": 8, "max_turns": 8}, "batch_size": 4}

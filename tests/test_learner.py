@@ -7,8 +7,11 @@ import random
 import pytest
 import torch
 
-from agentgym_core.learner.learner import Learner, LearnerSettings, lr_factor, token_logprobs
+from agentgym_core.learner.forward import token_logprobs
+from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.packing import pack
+from agentgym_core.learner.scoring import score
+from agentgym_core.learner.settings import LearnerSettings, lr_factor
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 
@@ -112,8 +115,11 @@ def test_several_optimizer_steps_use_recomputed_old_logprobs(tiny_model):
     metrics = Learner(model, algorithm, settings).update(batch)
     assert metrics["optimizer_steps"] == 2
     assert metrics["sampler_logprob_diff"] > 1.0  # the stale values were noticed ...
-    assert all(lp > -9.0 for t in trajs for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m)
+    # ... and replaced by the learner's beside the batch: ratios near 1, not exp(lp + 9)
+    assert metrics["ratio"] == pytest.approx(1.0, abs=0.5)
     assert metrics["ratio"] != pytest.approx(1.0, abs=1e-6)  # ... and epoch 2 is off-policy
+    # the trajectories stay as the rollout wrote them
+    assert all(lp == -9.0 for t in trajs for lp in t.logprobs)
 
 
 def test_lr_schedule():
@@ -156,10 +162,10 @@ def test_score_sets_reference_logprobs_and_values_on_agent_tokens(tiny_model):
 
     model = _copy(tiny_model[0])
     learner = Learner(model, PPO(PPOConfig(kl_coef=0.1)), LearnerSettings(), reference=model)
-    head = learner.critic.head.linear
+    head = learner.critic.module.head.linear
     torch.nn.init.normal_(head.weight, generator=torch.Generator().manual_seed(0))
     batch = _ppo_batch(model.config.vocab_size)
-    learner.score(batch.trajectories)
+    score(learner, batch.trajectories)
     for traj in batch:
         with torch.no_grad():
             out = model(torch.tensor([traj.token_ids]), output_hidden_states=True)
@@ -184,7 +190,7 @@ def _changed(before, module) -> bool:
 def _ppo_update(learner, batch, algorithm):
     for traj in batch:
         traj.values = traj.ref_logprobs = traj.advantages = traj.returns = None
-    learner.score(batch.trajectories)
+    score(learner, batch.trajectories)
     algorithm.advantages(batch)
     return learner.update(batch)
 
@@ -196,10 +202,10 @@ def test_critic_warmup_trains_only_the_value_head_first(tiny_model):
     algorithm = PPO(PPOConfig(critic_warmup=1, normalize_advantages=False))
     learner = Learner(model, algorithm, LearnerSettings(lr=1e-2))
     batch = _ppo_batch(model.config.vocab_size)
-    policy, head = _weights(model), _weights(learner.critic)
+    policy, head = _weights(model), _weights(learner.critic.module)
     first = _ppo_update(learner, batch, algorithm)
     assert first["critic_warmup"] == 1.0 and "grad_norm" not in first
-    assert not _changed(policy, model) and _changed(head, learner.critic)
+    assert not _changed(policy, model) and _changed(head, learner.critic.module)
     second = _ppo_update(learner, batch, algorithm)
     assert second["critic_warmup"] == 0.0 and _changed(policy, model)
     assert second["value_loss"] < first["value_loss"]  # the head moved towards the returns
@@ -218,7 +224,7 @@ def test_value_loss_reaches_the_policy_only_through_a_shared_head(tiny_model):
             separate = Critic(ValueHead(model.config.hidden_size), _copy(model).base_model)
         learner = Learner(model, algorithm, LearnerSettings(lr=1e-2), critic=separate)
         # a non-zero head, so the value loss has a gradient beyond the head's own weights
-        torch.nn.init.constant_(learner.critic.head.linear.weight, 0.1)
+        torch.nn.init.constant_(learner.critic.module.head.linear.weight, 0.1)
         _ppo_update(learner, _ppo_batch(model.config.vocab_size), algorithm)
         return _weights(model)
 
@@ -239,9 +245,9 @@ def test_critic_state_round_trips(tiny_model):
     state = learner.state()
     restored = Learner(_copy(tiny_model[0]), algorithm, LearnerSettings(lr=1e-2))
     restored.load_state(state)
-    assert not _changed(_weights(learner.critic), restored.critic)
+    assert not _changed(_weights(learner.critic.module), restored.critic.module)
     assert restored.updates == learner.updates == 1
-    assert restored.critic_optimizer.state_dict()["state"][0]["step"] == 1
+    assert restored.critic.optimizer.state_dict()["state"][0]["step"] == 1
     plain = Learner(_copy(tiny_model[0]), GRPO(GRPOConfig()), LearnerSettings()).state()
     with pytest.raises(ValueError, match="holds no critic"):
         restored.load_state(plain)
@@ -377,7 +383,7 @@ def test_padded_rows_hold_one_trajectory_each_and_give_the_same_logprobs(tiny_mo
 
 
 def test_packing_auto_shares_rows_only_under_flash_attention(tiny_model):
-    from agentgym_core.run.train import share_rows
+    from agentgym_core.run.runtime import share_rows
 
     model, _ = tiny_model
     assert model.config._attn_implementation != "flash_attention_2"

@@ -18,13 +18,14 @@ from agentgym_core.learner.learner import Learner, LearnerSettings
 from agentgym_core.learner.sequence import micro_batches, sequence_logprobs, sequence_update
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
+from agentgym_core.run.eval_stage import run_eval_stage
+from agentgym_core.run.kinds import run_stage
 from agentgym_core.run.offline import (
-    OfflineStage,
     check_stage_sources,
     read_rollouts,
     step_indices,
 )
-from agentgym_core.run.pipeline import run_eval_stage, run_pipeline
+from agentgym_core.run.pipeline import run_pipeline
 from agentgym_core.types import Trajectory
 
 pytest.importorskip("agentgym_env_babyai")
@@ -203,7 +204,7 @@ def test_sft_on_expert_trajectories_beats_the_untrained_model(tmp_path, babyai_m
     )
     resolved = load_config(path, [], host.registry)
     before, _ = run_eval_stage(resolved, host, babyai_model)
-    trained = OfflineStage(resolved, host).run(show_progress=False)
+    trained = run_stage(resolved, host, show_progress=False)
     after, _ = run_eval_stage(resolved, host, trained.checkpoint)
     losses = [h["train/loss"] for h in trained.history]
     print("success before", before["success_rate"], "after", after["success_rate"], losses[::10])
@@ -280,8 +281,8 @@ def test_resumed_sft_continues_exactly(tmp_path, babyai_model):
         path = _config(
             tmp_path, babyai_model, name, sft, trainer={"steps": 4, "checkpoint_every": 2}
         )
-        return OfflineStage(load_config(path, list(overrides), host.registry), host).run(
-            show_progress=False
+        return run_stage(
+            load_config(path, list(overrides), host.registry), host, show_progress=False
         )
 
     straight = train("straight")
@@ -333,14 +334,14 @@ def test_data_errors_name_the_key_file_item_and_field(tmp_path, babyai_model):
     with pytest.raises(
         ConfigError, match=r"algorithm\.files\.0: no file matches 'missing/\*\.json'"
     ):
-        OfflineStage(load_config(path, [], host.registry), host).run(show_progress=False)
+        run_stage(load_config(path, [], host.registry), host, show_progress=False)
     broken = tmp_path / "broken.json"
     broken.write_text(
         '[{"item_id": "a", "conversations": [{"from": "human", "value": "x"}, {"from": "gpt"}]}]'
     )
     path = _config(tmp_path, babyai_model, "badfile", {"name": "sft", "files": [str(broken)]})
     with pytest.raises(ConfigError) as info:
-        OfflineStage(load_config(path, [], host.registry), host).run(show_progress=False)
+        run_stage(load_config(path, [], host.registry), host, show_progress=False)
     assert f"algorithm: {broken}: item 0: conversations[1].value: expected a string" in str(
         info.value
     )
@@ -348,7 +349,7 @@ def test_data_errors_name_the_key_file_item_and_field(tmp_path, babyai_model):
         tmp_path, babyai_model, "badenv", {"name": "sft", "expert": {"env": {"levels": ["Nope"]}}}
     )
     with pytest.raises(ConfigError, match=r"algorithm\.expert\.env\.levels: unknown level 'Nope'"):
-        OfflineStage(load_config(path, [], host.registry), host).run(show_progress=False)
+        run_stage(load_config(path, [], host.registry), host, show_progress=False)
 
 
 def test_an_offline_stage_needs_no_scheduler(tmp_path, babyai_model):

@@ -26,8 +26,8 @@ from agentgym_core import hookimpl
 from agentgym_core.config.load import load_config
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.engine import EnvironmentDown
-from agentgym_core.run.pipeline import run_eval_stage
-from agentgym_core.run.train import TrainStage
+from agentgym_core.run.eval_stage import run_eval_stage
+from agentgym_core.run.kinds import run_stage
 
 pytest.importorskip("agentgym_env_babyai")
 pytest.importorskip("agentgym_env_remote")
@@ -129,7 +129,7 @@ def _train(path: Path, *plugins) -> tuple:
     host = PluginHost()
     for index, plugin in enumerate(plugins):
         host.pm.register(plugin, name=f"test-plugin-{index}")
-    return TrainStage(load_config(path, [], host.registry), host).run(show_progress=False)
+    return run_stage(load_config(path, [], host.registry), host, show_progress=False)
 
 
 def test_training_waits_out_a_killed_server_and_replays_the_update(

@@ -45,6 +45,10 @@ class Everything:
     def agentgym_register_schedulers(self, register):
         register("toy-sched", dict, config=Options)
 
+    @hookimpl
+    def agentgym_register_stage_kinds(self, register):
+        register("toy-stage", dict, config=Options)
+
 
 def _installed() -> list[md.EntryPoint]:
     return sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
@@ -60,6 +64,7 @@ def test_inline_plugin_registers_each_kind(agentgym_plugin):
         "policy": "toy-policy",
         "algorithm": "toy-algo",
         "scheduler": "toy-sched",
+        "stage": "toy-stage",
     }
     assert set(expected) == set(KINDS)
     for kind, name in expected.items():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from colour_env import ColourEnv
 
-from agentgym_core.learner.learner import token_logprobs
+from agentgym_core.learner.forward import token_logprobs
 from agentgym_core.learner.packing import pack
 from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 from agentgym_core.rollout.chat import PRIMING_REPLY, ChatFormat
@@ -77,7 +77,7 @@ def test_constrained_actions_are_valid_and_logprobs_match_the_learner(tiny_model
     with torch.no_grad():
         logprobs, _ = token_logprobs(model, mb, temperature=1.0)
     mask = mb.mask.bool()
-    assert torch.allclose(logprobs[mask], mb.old_logprobs[mask], atol=1e-4)
+    assert torch.allclose(logprobs[mask], mb.sampler_logprobs[mask], atol=1e-4)
 
 
 def test_same_seed_same_trajectories_whatever_the_batching(tiny_model):

@@ -203,7 +203,7 @@ def test_real_restart_mid_episode_and_other_envs_on_that_server_learn_of_it():
 def test_training_continues_through_every_fault(tmp_path, tiny_model_dir):
     from agentgym_core.config.load import load_config
     from agentgym_core.plugins import PluginHost
-    from agentgym_core.run.train import TrainStage
+    from agentgym_core.run.kinds import run_stage
 
     model = tiny_model_dir
     server = FaultyServer()
@@ -231,7 +231,7 @@ def test_training_continues_through_every_fault(tmp_path, tiny_model_dir):
         path = Path(tmp_path / "faults.yaml")
         path.write_text(yaml.safe_dump(config))
         host = PluginHost()
-        result = TrainStage(load_config(path, [], host.registry), host).run(show_progress=False)
+        result = run_stage(load_config(path, [], host.registry), host, show_progress=False)
         assert server.envs == {}, "every env id is closed when training ends"
     assert set(server.faults_seen) == {"error-200", "slow", "timeout-observation", "restart"}
     errors = [step["rollout/env_errors"] for step in result.history]

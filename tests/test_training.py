@@ -14,7 +14,7 @@ from agentgym_core.config.load import load_config
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.engine import EnvironmentDown
-from agentgym_core.run.train import TrainStage
+from agentgym_core.run.kinds import run_stage
 
 pytest.importorskip("agentgym_env_babyai")
 from agentgym_env_babyai import BabyAIConfig, BabyAIEnv  # noqa: E402
@@ -58,7 +58,7 @@ def babyai_model(tmp_path_factory) -> Path:
 
 def _train(path: Path, host: PluginHost, *overrides: str):
     resolved = load_config(path, list(overrides), host.registry)
-    return TrainStage(resolved, host).run(show_progress=False)
+    return run_stage(resolved, host, show_progress=False)
 
 
 def test_resume_continues_exactly(tmp_path, babyai_model):
@@ -148,7 +148,7 @@ def _learning_config(tmp_path: Path, model: Path, host: PluginHost, algorithm: d
 @pytest.fixture(scope="module")
 def untrained_success(tmp_path_factory, babyai_model) -> float:
     """Held-out success of the starting model, on the learning tests' eval set."""
-    from agentgym_core.run.pipeline import run_eval_stage
+    from agentgym_core.run.eval_stage import run_eval_stage
 
     host = PluginHost()
     resolved = _learning_config(
@@ -161,11 +161,11 @@ def untrained_success(tmp_path_factory, babyai_model) -> float:
 @pytest.mark.parametrize("name", list(LEARNERS))
 def test_short_run_beats_the_untrained_model(tmp_path, babyai_model, untrained_success, name):
     """Each online algorithm, a few seeded updates on GoToObj: held-out success rises clearly."""
-    from agentgym_core.run.pipeline import run_eval_stage
+    from agentgym_core.run.eval_stage import run_eval_stage
 
     host = PluginHost()
     resolved = _learning_config(tmp_path, babyai_model, host, LEARNERS[name])
-    trained = TrainStage(resolved, host).run(show_progress=False)
+    trained = run_stage(resolved, host, show_progress=False)
     after, _ = run_eval_stage(resolved, host, trained.checkpoint)
     print(name, "success before", untrained_success, "after", after["success_rate"])
     assert after["success_rate"] >= untrained_success + 0.15, (untrained_success, after)
@@ -301,12 +301,12 @@ def test_rollouts_in_a_process_give_the_thread_s_batches(tmp_path, babyai_model)
 
 def test_stale_rollouts_learn(tmp_path, babyai_model, untrained_success):
     """GRPO with rollouts one update ahead: held-out success rises as the synchronous run's."""
-    from agentgym_core.run.pipeline import run_eval_stage
+    from agentgym_core.run.eval_stage import run_eval_stage
 
     host = PluginHost()
     _learning_config(tmp_path, babyai_model, host, {"name": "grpo"})
     resolved = load_config(tmp_path / "learn.yaml", ["trainer.max_staleness=1"], host.registry)
-    trained = TrainStage(resolved, host).run(show_progress=False)
+    trained = run_stage(resolved, host, show_progress=False)
     assert {h["rollout/staleness"] for h in trained.history[1:]} == {1.0}
     after, _ = run_eval_stage(resolved, host, trained.checkpoint)
     print("stale 1: success before", untrained_success, "after", after["success_rate"])

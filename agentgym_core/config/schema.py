@@ -181,9 +181,16 @@ class TrainerConfig(_Block):
     )
     importance_cap: float = Field(
         2.0,
-        gt=0,
-        description="With max_staleness > 0: the behaviour importance weight "
-        "pi_proximal / pi_behaviour is truncated at this value.",
+        ge=1,
+        description="With max_staleness > 0: the bound of the behaviour importance weight "
+        "pi_proximal / pi_behaviour (at least 1: a lower cap would shrink tokens the "
+        "learner now likes better).",
+    )
+    importance_mode: Literal["truncate", "mask"] = Field(
+        "truncate",
+        description="With max_staleness > 0: truncate: a weight above importance_cap becomes "
+        "the cap (truncated importance sampling, as IMPALA and verl); mask: the token is left "
+        "out of the loss (weight 0, as AReaL).",
     )
     outage_fraction: float = Field(
         0.5,
@@ -288,8 +295,14 @@ class StageConfig(_Block):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="Stage name; also the stage's sub-folder of run.output_dir.",
     )
-    type: Literal["train", "eval", "evolve"] = Field(
-        description="Train (then save), only evaluate, or AgentEvol rounds (see `evolve`)."
+    type: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="A registered stage kind: `train` (then save; SFT and DPO too), `eval` "
+        "(only evaluate), `evolve` (AgentEvol rounds, see `evolve`), or a plugin's "
+        "(`agentgym plugins` lists them).",
+    )
+    options: dict[str, Any] | None = Field(
+        None, description="Options of the stage's kind, validated by the kind's own model."
     )
     run: dict[str, Any] | None = Field(None, description="Overrides of `run`.")
     model: dict[str, Any] | None = Field(None, description="Overrides of `model`.")
@@ -305,7 +318,7 @@ class StageConfig(_Block):
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         """The blocks this stage changes, keyed by block name."""
-        skip = {"name", "type"}
+        skip = {"name", "type", "options"}
         return {k: v for k, v in self if k not in skip and v is not None}
 
 

@@ -7,12 +7,22 @@ this module only builds and validates each stage's full config.
 from __future__ import annotations
 
 import copy
+import difflib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from agentgym_core.config.errors import ConfigError, Problem, dotted
+from pydantic import BaseModel, ValidationError
+
+from agentgym_core.config.errors import (
+    ConfigError,
+    Problem,
+    dotted,
+    pydantic_problems,
+    unknown_keys,
+)
 from agentgym_core.config.resolve import ResolvedConfig, validate_dict
 from agentgym_core.config.schema import COMPONENT_KINDS, StageConfig
+from agentgym_core.registry import RegistryError
 
 
 @dataclass(frozen=True)
@@ -21,15 +31,30 @@ class Stage:
 
     Attributes:
         name: the stage name (also the last part of its `run.output_dir`).
-        type: `train` (update, then save), `eval` (evaluate only) or `evolve`
-            (AgentEvol rounds, `agentgym_core.run.evolve`).
+        type: the stage's `type` as written: a registered stage kind (`train`,
+            `eval`, `evolve`, or a plugin's).
         config: the base config merged with the stage's overrides; its
             `stages` is None.
+        options: the validated options of its kind (the stage's `options` block).
     """
 
     name: str
-    type: Literal["train", "eval", "evolve"]
+    type: str
     config: ResolvedConfig
+    options: BaseModel | None = None
+
+    @property
+    def kind(self) -> str:
+        """The registered kind that runs it (see `stage_kind`)."""
+        return stage_kind(self.type, self.config)
+
+
+def stage_kind(stage_type: str, config: ResolvedConfig) -> str:
+    """A `train` stage whose algorithm is offline (SFT, DPO) runs as the `offline` kind.
+
+    Configs name both `train`, as AgentGym's do; the algorithm's `needs.online` tells them apart.
+    """
+    return "offline" if stage_type == "train" and not _online(config) else stage_type
 
 
 def expand_stages(resolved: ResolvedConfig) -> list[Stage]:
@@ -39,9 +64,10 @@ def expand_stages(resolved: ResolvedConfig) -> list[Stage]:
     component block naming another plugin replaces the base block instead, so
     one plugin's options never leak into another's), re-validated with key
     paths like `stages.1.trainer.steps`. Its `run.output_dir` is
-    `<run.output_dir>/<stage name>` unless the stage sets one itself. A
-    `train` stage must end up with an algorithm and a scheduler (the implicit
-    stage is not checked: the same file may serve `agentgym eval`).
+    `<run.output_dir>/<stage name>` unless the stage sets one itself. Its type
+    must be a registered stage kind, its `options` valid for that kind, and
+    the kind's own `check` must pass (the implicit stage is not checked: the
+    same file may serve `agentgym eval`).
 
     Raises:
         ConfigError: a stage's merged config is invalid.
@@ -62,19 +88,42 @@ def expand_stages(resolved: ResolvedConfig) -> list[Stage]:
         except ConfigError as exc:
             problems += exc.problems
             continue
-        if stage.type == "train":
-            needed = ("algorithm", "scheduler") if _online(config) else ("algorithm",)
-            problems += [
-                Problem(dotted((*prefix, block)), f"a train stage needs {block} (none is set)")
-                for block in needed
-                if getattr(config.root, block) is None
-            ]
-        elif stage.type == "evolve":
-            problems += _evolve_problems(config, prefix)
-        out.append(Stage(stage.name, stage.type, config))
+        checked = _checked_kind(stage, config, prefix)
+        if isinstance(checked, list):
+            problems += checked
+            continue
+        out.append(Stage(stage.name, stage.type, config, checked))
     if problems:
         raise ConfigError(problems, str(resolved.source) if resolved.source else None)
     return out
+
+
+def _checked_kind(
+    stage: StageConfig, config: ResolvedConfig, prefix: tuple[Any, ...]
+) -> BaseModel | list[Problem]:
+    """The stage's validated options, or the problems of its type, options and kind check."""
+    if config.registry is None:  # validated without plugins: no kinds to check against
+        return None  # type: ignore[return-value]
+    kind = stage_kind(stage.type, config)
+    try:
+        registration = config.registry.get("stage", kind)
+    except RegistryError:
+        kinds = [k for k in config.registry.names("stage") if k != "offline"]
+        close = difflib.get_close_matches(stage.type, kinds, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        message = f"unknown stage type {stage.type!r}{hint}; registered: {', '.join(kinds)}"
+        return [Problem(dotted((*prefix, "type")), message)]
+    options = stage.options or {}
+    problems = unknown_keys(options, registration.config, (*prefix, "options"))
+    try:
+        validated = registration.config.model_validate(options)
+    except ValidationError as exc:
+        problems += pydantic_problems(exc, registration.config, (*prefix, "options"))
+        validated = None
+    check = getattr(registration.factory, "check", None)
+    if check is not None:
+        problems += check(config, prefix)
+    return problems or validated  # type: ignore[return-value]
 
 
 def _online(config: ResolvedConfig) -> bool:
@@ -84,24 +133,6 @@ def _online(config: ResolvedConfig) -> bool:
     registration, options = config.components["algorithm"]
     needs = getattr(registration.factory(options), "needs", None)
     return bool(getattr(needs, "online", True))
-
-
-def _evolve_problems(config: ResolvedConfig, prefix: tuple[Any, ...]) -> list[Problem]:
-    """An evolve stage fine-tunes with an offline algorithm that reads saved trajectories."""
-    path = dotted((*prefix, "algorithm", "name"))
-    if "algorithm" not in config.components:
-        return [Problem(path, "an evolve stage needs an algorithm (e.g. sft); none is set")]
-    registration, _ = config.components["algorithm"]
-    fields = getattr(registration.config, "model_fields", {})
-    if _online(config) or "trajectories" not in fields:
-        return [
-            Problem(
-                path,
-                "an evolve stage fine-tunes with an offline algorithm that reads saved "
-                f"trajectories (option `trajectories`, as sft); {registration.name!r} does not",
-            )
-        ]
-    return []
 
 
 def _apply(base: dict[str, Any], stage: StageConfig) -> dict[str, Any]:

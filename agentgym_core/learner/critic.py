@@ -17,6 +17,7 @@ from torch import nn
 
 from agentgym_core.interfaces import CriticSpec
 from agentgym_core.learner.packing import MicroBatch
+from agentgym_core.learner.settings import LearnerSettings, adamw, lr_schedule
 
 
 class ValueHead(nn.Module):
@@ -88,3 +89,48 @@ def build_critic(spec: CriticSpec, policy: Any, load_model: Callable[[str | None
         return Critic(ValueHead(hidden_size(policy)))
     model = load_model(spec.path)
     return Critic(ValueHead(hidden_size(model)), body=model.base_model)
+
+
+class CriticTrainer:
+    """A critic prepared by accelerate, with its own AdamW and lr schedule, and its saved state.
+
+    Its peak lr is `CriticSpec.lr` (else the policy's); its gradients are clipped
+    on their own. During the first `CriticSpec.warmup_updates` updates only the
+    critic steps (`Learner.critic_only`).
+    """
+
+    def __init__(
+        self, spec: CriticSpec, critic: Critic, accelerator: Any, settings: LearnerSettings
+    ) -> None:
+        self.spec = spec
+        self.accelerator = accelerator
+        critic = critic.to(accelerator.device)
+        optimizer = adamw(critic, spec.lr or settings.lr, settings)
+        self.module, self.optimizer = accelerator.prepare(critic, optimizer)
+        self.scheduler = lr_schedule(self.optimizer, settings)
+
+    @property
+    def bare(self) -> Critic:
+        """The critic without its data-parallel wrapper."""
+        return self.accelerator.unwrap_model(self.module)
+
+    def step(self, clip: Callable[[Any], float]) -> float:
+        """Clip with `clip(parameters)`, step and clear; returns the norm before clipping."""
+        norm = clip(self.module.parameters())
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def state(self) -> dict[str, Any]:
+        """Weights, optimizer and schedule, for a checkpoint."""
+        return {
+            "weights": self.bare.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Inverse of `state`."""
+        self.bare.load_state_dict(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

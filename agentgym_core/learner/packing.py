@@ -8,7 +8,7 @@ micro-batches under a token budget; the leftover padding is measured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -24,7 +24,8 @@ class MicroBatch:
     position_ids: torch.Tensor
     targets: torch.Tensor
     mask: torch.Tensor
-    old_logprobs: torch.Tensor
+    sampler_logprobs: torch.Tensor
+    """The behaviour policy's log-probabilities, as the rollout recorded them."""
     advantages: torch.Tensor
     returns: torch.Tensor
     ref_logprobs: torch.Tensor
@@ -34,6 +35,9 @@ class MicroBatch:
     real_tokens: int = 0
     placements: list[tuple[int, int, int]] = field(default_factory=list)
     """(index in the packed sequence of trajectories, row, offset) of each trajectory."""
+    columns: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Per-token values packed beside the trajectories' own (`pack(columns=...)`), e.g. an
+    off-policy correction's old log-probabilities and weights."""
 
     @property
     def slots(self) -> int:
@@ -68,6 +72,7 @@ def pack(
     row_tokens: int | None,
     micro_batch_tokens: int,
     share_rows: bool = True,
+    columns: Mapping[str, Sequence[Sequence[float]]] | None = None,
 ) -> list[MicroBatch]:
     """Pack trajectories into micro-batches of rows at most `row_tokens` wide.
 
@@ -77,28 +82,36 @@ def pack(
     wide as its longest row, right-padded with positions that keep counting:
     plain causal attention with no mask, which SDPA runs with its fused
     kernels, where a block-diagonal mask (shared rows) forces the dense path.
+
+    `columns` maps a name to one per-token list per trajectory (the layout of
+    `Trajectory.logprobs`); each is packed like the trajectories' own fields into
+    `MicroBatch.columns[name]`.
     """
+    extra = dict(columns or {})
     lengths = [len(t.token_ids) for t in trajectories] or [1]
     if not share_rows:
-        return _one_per_row(trajectories, lengths, micro_batch_tokens)
+        return _one_per_row(trajectories, lengths, micro_batch_tokens, extra)
     width = max([row_tokens or 0, *lengths])
     rows = _rows_first_fit(lengths, width)
     rows_per_batch = max(1, micro_batch_tokens // width)
     return [
-        _build(trajectories, rows[i : i + rows_per_batch])
+        _build(trajectories, rows[i : i + rows_per_batch], extra)
         for i in range(0, len(rows), rows_per_batch)
     ]
 
 
 def _one_per_row(
-    trajectories: Sequence[Trajectory], lengths: list[int], micro_batch_tokens: int
+    trajectories: Sequence[Trajectory],
+    lengths: list[int],
+    micro_batch_tokens: int,
+    columns: Mapping[str, Sequence[Sequence[float]]],
 ) -> list[MicroBatch]:
     order = sorted(range(len(trajectories)), key=lambda i: -lengths[i])
     batches, start = [], 0
     while start < len(order):
         count = max(1, micro_batch_tokens // lengths[order[start]])
         rows = [[i] for i in order[start : start + count]]
-        batches.append(_build(trajectories, rows, continue_positions=True))
+        batches.append(_build(trajectories, rows, columns, continue_positions=True))
         start += count
     return batches
 
@@ -106,7 +119,7 @@ def _one_per_row(
 _SHIFTED = {  # field -> the Trajectory attribute it holds, shifted by one (position c predicts c+1)
     "targets": "token_ids",
     "mask": "loss_mask",
-    "old_logprobs": "logprobs",
+    "sampler_logprobs": "logprobs",
     "advantages": "advantages",
     "returns": "returns",
     "ref_logprobs": "ref_logprobs",
@@ -116,7 +129,11 @@ _LONG = ("input_ids", "position_ids", "targets")
 
 
 def _build(
-    trajectories: Sequence[Trajectory], rows: list[list[int]], *, continue_positions: bool = False
+    trajectories: Sequence[Trajectory],
+    rows: list[list[int]],
+    columns: Mapping[str, Sequence[Sequence[float]]],
+    *,
+    continue_positions: bool = False,
 ) -> MicroBatch:
     """One micro-batch: each field is built as Python rows and becomes one tensor.
 
@@ -124,7 +141,7 @@ def _build(
     when `continue_positions` (the row then looks like one unpacked sequence).
     """
     used = max(sum(len(trajectories[i].token_ids) for i in row) for row in rows)
-    fields: dict[str, list[list[float]]] = {name: [] for name in (*_LONG, *_SHIFTED)}
+    fields: dict[str, list[list[float]]] = {name: [] for name in (*_LONG, *_SHIFTED, *columns)}
     constrained_at: list[tuple[int, int]] = []
     constrained_ids: list[tuple[int, ...]] = []
     placements: list[tuple[int, int, int]] = []
@@ -140,6 +157,8 @@ def _build(
             for name, attribute in _SHIFTED.items():
                 values = getattr(traj, attribute)
                 cells[name] += [0] * n if values is None else [*values[1:n], 0]
+            for name, per_trajectory in columns.items():
+                cells[name] += [*per_trajectory[index][1:n], 0]
             for position, ids in sorted(traj.constraints.items()):
                 if position >= 1:
                     constrained_at.append((r, offset + position - 1))
@@ -158,7 +177,8 @@ def _build(
         for name, values in fields.items()
     }
     return MicroBatch(
-        **tensors,
+        **{name: tensors.pop(name) for name in dict.fromkeys((*_LONG, *_SHIFTED))},
+        columns=tensors,
         constrained_at=constrained_at,
         constrained_ids=constrained_ids,
         real_tokens=real,

@@ -18,7 +18,8 @@ import torch
 
 from agentgym_core import distributed
 from agentgym_core.interfaces import OfflineAlgorithm, SequenceInputs
-from agentgym_core.learner.learner import Learner, token_logprobs
+from agentgym_core.learner.forward import token_logprobs
+from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.packing import pack
 from agentgym_core.types import Trajectory
 
@@ -26,7 +27,11 @@ Example = tuple[Trajectory, ...]
 
 
 def sequence_logprobs(
-    model: Any, sequences: Sequence[Trajectory], temperature: float = 1.0
+    model: Any,
+    sequences: Sequence[Trajectory],
+    temperature: float = 1.0,
+    *,
+    share_rows: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's log-probability summed over its agent tokens, and their count.
 
@@ -35,7 +40,9 @@ def sequence_logprobs(
     Returns two [len(sequences)] tensors; the first carries gradient when the
     model does.
     """
-    (batch,) = pack(sequences, row_tokens=None, micro_batch_tokens=sys.maxsize)
+    (batch,) = pack(
+        sequences, row_tokens=None, micro_batch_tokens=sys.maxsize, share_rows=share_rows
+    )
     logprobs, _ = token_logprobs(model, batch, temperature)
     owner = torch.full(batch.mask.shape, len(sequences), dtype=torch.long)
     for index, row, offset in batch.placements:
@@ -73,8 +80,11 @@ def sequence_update(
     *,
     micro_batch_tokens: int,
     temperature: float = 1.0,
+    share_rows: bool = True,
 ) -> dict[str, float]:
     """One optimizer step on `examples`; returns the loss and example-weighted metrics.
+
+    `share_rows`: several sequences per packed row (else one per row, padded).
 
     Under `accelerate launch` each rank takes a token-balanced share of the
     examples; totals are those of all examples and the loss is scaled by the
@@ -93,7 +103,7 @@ def sequence_update(
     for index, (group, weight) in enumerate(plan):
         with learner.gradient_sync(index == len(plan) - 1):
             loss, metrics = _group_loss(
-                learner, algorithm, group, (total_tokens, len(examples)), temperature
+                learner, algorithm, group, (total_tokens, len(examples)), temperature, share_rows
             )
             scale = weight * learner.world  # DDP averages over ranks: this makes it a sum
             learner.accelerator.backward(loss if scale == 1.0 else loss * scale)
@@ -121,16 +131,19 @@ def _group_loss(
     group: list[Example],
     totals: tuple[float, int],
     temperature: float,
+    share_rows: bool,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The algorithm's loss on one micro-batch; `totals`: agent tokens and examples of the step."""
     total_tokens, total_examples = totals
     per_example = algorithm.sequences_per_example
     flat = [seq for example in group for seq in example]
-    logprobs, tokens = sequence_logprobs(learner.model, flat, temperature)
+    logprobs, tokens = sequence_logprobs(learner.model, flat, temperature, share_rows=share_rows)
     reference = None
     if learner.reference is not None:
         with torch.no_grad():
-            reference, _ = sequence_logprobs(learner.reference, flat, temperature)
+            reference, _ = sequence_logprobs(
+                learner.reference, flat, temperature, share_rows=share_rows
+            )
         reference = reference.view(-1, per_example)
     inputs = SequenceInputs(
         logprobs=logprobs.view(-1, per_example),

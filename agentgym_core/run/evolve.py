@@ -21,16 +21,19 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agentgym_core import distributed
+from agentgym_core.config.errors import Problem, dotted
 from agentgym_core.config.resolve import ResolvedConfig, validate_dict
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import EvalSettings, evaluate_model
-from agentgym_core.run.offline import OfflineStage, save_rollouts
-from agentgym_core.run.train import TrainResult, rollout_settings
+from agentgym_core.run.kinds import StageContext, StageOutcome
+from agentgym_core.run.offline import OfflineStage, is_offline, save_rollouts
+from agentgym_core.run.rollout_step import rollout_settings
 from agentgym_core.types import Termination, Trajectory
 
 KEPT = "kept.jsonl"
@@ -79,27 +82,35 @@ class _StepOffset:
 class EvolveStage:
     """Runs one `type: evolve` stage: `evolve.iterations + 1` fine-tunes, explorations between."""
 
-    def __init__(
-        self,
-        resolved: ResolvedConfig,
-        host: PluginHost,
-        *,
-        start_model: str | Path | None = None,
-        earlier: Mapping[str, Path] | None = None,
-        prefix: Sequence[Any] = (),
-    ) -> None:
-        self.resolved = resolved
-        self.root = resolved.root
-        self.options = resolved.root.evolve
-        self.host = host
+    def __init__(self, context: StageContext, options: Any = None) -> None:
+        self.context = context
+        self.resolved = context.config
+        self.root = context.config.root
+        self.options = context.config.root.evolve
         self.output_dir = Path(self.root.run.output_dir)
-        self.start_model = Path(start_model or self.root.model.path)
-        self.earlier = dict(earlier or {})
-        self.prefix = tuple(prefix)
 
-    def run(self, *, show_progress: bool = True, quiet: bool = False) -> TrainResult:
+    @staticmethod
+    def check(config: ResolvedConfig, prefix: Sequence[Any] = ()) -> list[Problem]:
+        """An evolve stage fine-tunes with an offline algorithm that reads saved trajectories."""
+        path = dotted((*prefix, "algorithm", "name"))
+        if "algorithm" not in config.components:
+            return [Problem(path, "an evolve stage needs an algorithm (e.g. sft); none is set")]
+        registration, options = config.components["algorithm"]
+        fields = getattr(registration.config, "model_fields", {})
+        if not is_offline(registration.factory(options)) or "trajectories" not in fields:
+            return [
+                Problem(
+                    path,
+                    "an evolve stage fine-tunes with an offline algorithm that reads saved "
+                    f"trajectories (option `trajectories`, as sft); {registration.name!r} does not",
+                )
+            ]
+        return []
+
+    def run(self, *, show_progress: bool = True, quiet: bool = False) -> StageOutcome:
         """Every round in order; returns the last fine-tune's checkpoint and all metrics."""
-        model = self.start_model
+        context = self.context
+        model = context.start_model
         kept_files: list[Path] = []
         history: list[dict[str, float]] = []
         steps = self.root.trainer.steps
@@ -111,17 +122,17 @@ class EvolveStage:
                 history.append(explored)
                 if explored["evolve/kept"]:
                     kept_files.append(folder / KEPT)
-            start = self.start_model if self.options.restart == "start" else model
-            result = OfflineStage(
-                self.round_config(folder, kept_files),
-                _StepOffset(self.host, offset),  # type: ignore[arg-type]
-                start_model=start,
-                earlier=self.earlier,
-                prefix=self.prefix,
-            ).run(show_progress=show_progress, quiet=quiet)
+            start = context.start_model if self.options.restart == "start" else model
+            round_context = replace(
+                context,
+                config=self.round_config(folder, kept_files),
+                host=_StepOffset(context.host, offset),
+                start_model=Path(start),
+            )
+            result = OfflineStage(round_context).run(show_progress=show_progress, quiet=quiet)
             model = result.checkpoint
             history += [{**m, "evolve/round": float(round_index)} for m in result.history]
-        return TrainResult(model, history, 0)
+        return StageOutcome(model, history, 0, dict(history[-1]) if history else {})
 
     def round_config(self, folder: Path, kept_files: Sequence[Path]) -> ResolvedConfig:
         """The stage's config with the round's output folder and the kept episodes added."""
@@ -130,7 +141,7 @@ class EvolveStage:
         run.update(output_dir=str(folder), name=f"{self.root.run.name}-{folder.name}")
         algorithm = raw["algorithm"]
         algorithm["trajectories"] = [*algorithm.get("trajectories", []), *map(str, kept_files)]
-        return validate_dict(raw, self.resolved.registry, self.prefix, self.resolved.source)
+        return validate_dict(raw, self.resolved.registry, self.context.prefix, self.resolved.source)
 
     def explore(self, model_path: Path, folder: Path, round_index: int, step: int) -> dict:
         """Play the explored split with `model_path`; keep the rewarded episodes (once)."""
@@ -172,7 +183,7 @@ class EvolveStage:
         if distributed.is_main():
             save_rollouts(folder / KEPT, kept)
             summary.write_text(json.dumps(explored, indent=1))
-            self.host.after_evaluation(step, f"explore-{round_index}", metrics)
+            self.context.host.after_evaluation(step, f"explore-{round_index}", metrics)
             if self.root.tracking.save_rollouts:
                 save_rollouts(folder / "explored.jsonl", trajectories)
         distributed.wait()

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from pydantic import ValidationError
 
 from agentgym_core import distributed, hookimpl
@@ -35,24 +34,16 @@ from agentgym_core.data.agenttraj import (
 )
 from agentgym_core.data.expert import expert_items
 from agentgym_core.interfaces import OfflineAlgorithm
-from agentgym_core.learner.learner import Learner, LearnerSettings
+from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.sequence import Example, sequence_update
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
-from agentgym_core.run.checkpoint import (
-    latest_checkpoint,
-    restore_learner,
-    save_learner_checkpoint,
-)
-from agentgym_core.run.components import build_components, load_configured_model
+from agentgym_core.run.components import build_components
+from agentgym_core.run.eval_stage import eval_settings
 from agentgym_core.run.evaluate import evaluate_model
-from agentgym_core.run.train import (
-    TrainResult,
-    TrainStage,
-    eval_settings,
-    rollout_settings,
-    stage_progress,
-)
+from agentgym_core.run.kinds import StageContext, StageOutcome
+from agentgym_core.run.rollout_step import rollout_settings
+from agentgym_core.run.runtime import Checkpoints, open_learner, stage_progress
 from agentgym_core.types import Trajectory
 
 ROLLOUTS = "rollouts"
@@ -112,7 +103,7 @@ def stop_recording(host: PluginHost, recorder: RolloutRecorder | None) -> None:
         host.pm.unregister(recorder)
 
 
-# -- choosing the stage kind -----------------------------------------------------------
+# -- checks across stages ------------------------------------------------------------
 
 
 def stage_algorithm(resolved: Any) -> Any | None:
@@ -126,20 +117,6 @@ def stage_algorithm(resolved: Any) -> Any | None:
 def is_offline(algorithm: Any) -> bool:
     """Whether an algorithm trains on a fixed dataset (`needs.online` False)."""
     return algorithm is not None and not algorithm.needs.online
-
-
-def make_train_stage(
-    resolved: Any,
-    host: PluginHost,
-    *,
-    start_model: str | Path | None = None,
-    earlier: Mapping[str, Path] | None = None,
-    prefix: Sequence[Any] = (),
-) -> TrainStage | OfflineStage:
-    """The stage runner for a `train` stage: offline algorithms here, online ones in train.py."""
-    if is_offline(stage_algorithm(resolved)):
-        return OfflineStage(resolved, host, start_model=start_model, earlier=earlier, prefix=prefix)
-    return TrainStage(resolved, host, start_model=start_model)
 
 
 def stage_prefix(resolved: Any, index: int) -> tuple[Any, ...]:
@@ -297,48 +274,48 @@ def step_indices(step: int, batch_size: int, count: int, seed: int) -> list[int]
 
 
 class OfflineStage:
-    """Runs one `train` stage of an offline algorithm."""
+    """Runs one `train` stage of an offline algorithm (the `offline` stage kind)."""
 
-    def __init__(
-        self,
-        resolved: Any,
-        host: PluginHost,
-        *,
-        start_model: str | Path | None = None,
-        earlier: Mapping[str, Path] | None = None,
-        prefix: Sequence[Any] = (),
-    ) -> None:
-        self.resolved = resolved
-        self.root = resolved.root
-        self.host = host
-        self.output_dir = Path(self.root.run.output_dir)
-        self.start_model = Path(start_model or self.root.model.path)
-        self.earlier = dict(earlier or {})
-        self.prefix = tuple(prefix)
-        self.components = build_components(resolved)
+    def __init__(self, context: StageContext, options: Any = None) -> None:
+        self.context = context
+        self.resolved = context.config
+        self.root = context.config.root
+        problems = self.check(context.config, context.prefix)
+        if problems:
+            source = context.config.source
+            raise ConfigError(problems, str(source) if source else None)
+        self.components = build_components(self.resolved)
         self.algorithm: OfflineAlgorithm = self.components.algorithm
 
-    def run(self, *, show_progress: bool = True, quiet: bool = False) -> TrainResult:
+    @staticmethod
+    def check(config: Any, prefix: Sequence[Any] = ()) -> list[Problem]:
+        """An offline stage needs an offline algorithm (SFT, DPO)."""
+        if is_offline(stage_algorithm(config)):
+            return []
+        name = config.root.algorithm.name if config.root.algorithm else None
+        return [
+            Problem(
+                dotted((*prefix, "algorithm", "name")),
+                f"an offline stage trains an offline algorithm (sft, dpo); got {name!r}",
+            )
+        ]
+
+    def run(self, *, show_progress: bool = True, quiet: bool = False) -> StageOutcome:
         """Train to `trainer.steps` on the algorithm's examples, resuming when allowed."""
-        root, trainer = self.root, self.root.trainer
-        torch.manual_seed(root.run.seed)
-        random.seed(root.run.seed)
-        resume = latest_checkpoint(self.output_dir) if trainer.resume else None
-        model, tokenizer = load_configured_model(root.model, resume or self.start_model)
-        reference = None
-        if self.algorithm.needs.reference:
-            reference, _ = load_configured_model(root.model, self.start_model)
-        learner = Learner(model, self.algorithm, self._learner_settings(), reference=reference)
-        history, first_step, _ = restore_learner(learner, resume)
+        root, trainer, context = self.root, self.root.trainer, self.context
+        output_dir = Path(root.run.output_dir)
+        opened = open_learner(root, self.algorithm, context.start_model, output_dir)
+        learner, history, first_step = opened.learner, opened.history, opened.first_step
         if first_step >= trainer.steps:  # finished earlier: a re-run pipeline moves on
-            return TrainResult(Path(resume or self.start_model), history, first_step)
+            return StageOutcome(opened.weights, history, first_step, _last(history))
+        model = learner.unwrapped
         examples, dropped, expert_steps = self._examples(
-            ChatFormat(tokenizer, model.generation_config)
+            ChatFormat(opened.tokenizer, model.generation_config)
         )
         if show_progress and distributed.is_main():
-            print(f"[{self.root.run.name}] {len(examples)} examples ({dropped} left out)")
+            print(f"[{root.run.name}] {len(examples)} examples ({dropped} left out)")
+        checkpoints = Checkpoints(root, output_dir, context.host, opened.weights)
         progress = stage_progress(root, first_step, show=show_progress, quiet=quiet)
-        checkpoint = resume or self.start_model
         try:
             for step in range(first_step, trainer.steps):
                 metrics = self._step(step, learner, examples)
@@ -346,36 +323,23 @@ class OfflineStage:
                 if expert_steps and step == first_step:  # made once per (re)started stage
                     metrics["data/expert_env_steps"] = float(expert_steps)
                 history.append(metrics)
-                self.host.after_update(step, metrics)
+                context.host.after_update(step, metrics)
                 progress.update(step + 1, metrics)
-                checkpoint = self._maybe_checkpoint(
-                    step + 1, learner, tokenizer, history, checkpoint
-                )
+                if checkpoints.due(step + 1):
+                    checkpoints.save(step + 1, learner, opened.tokenizer, history)
                 if trainer.eval_every and (step + 1) % trainer.eval_every == 0:
-                    self._evaluate(step + 1, learner.unwrapped, tokenizer, history)
+                    self._evaluate(step + 1, learner.unwrapped, opened.tokenizer, history)
         finally:
             progress.close()
-        return TrainResult(Path(checkpoint), history, first_step)
-
-    def _learner_settings(self) -> LearnerSettings:
-        trainer = self.root.trainer
-        return LearnerSettings(
-            lr=trainer.lr,
-            lr_schedule=trainer.lr_schedule,
-            warmup_steps=trainer.warmup_steps,
-            total_steps=trainer.steps,
-            weight_decay=trainer.weight_decay,
-            micro_batch_tokens=trainer.micro_batch_tokens,
-            max_grad_norm=trainer.max_grad_norm,
-            seed=self.root.run.seed,
-        )
+        return StageOutcome(checkpoints.latest, history, first_step, _last(history))
 
     def _examples(self, chat: ChatFormat) -> tuple[list[Example], int, int]:
         """The algorithm's examples that fit the context budget and train on something.
 
         Also returns how many were left out, and the env steps an expert took to make them.
         """
-        data = StageData(self.resolved, chat, earlier=self.earlier, prefix=self.prefix)
+        context = self.context
+        data = StageData(self.resolved, chat, earlier=context.earlier, prefix=context.prefix)
         try:
             examples = self.algorithm.examples(data)
         except AgentTrajError as exc:
@@ -402,34 +366,11 @@ class OfflineStage:
             self.algorithm,
             [examples[i] for i in indices],
             micro_batch_tokens=self.root.trainer.micro_batch_tokens,
+            share_rows=offline_share_rows(self.root.trainer.packing),
         )
         out = {f"train/{k}": v for k, v in metrics.items()}
         out["train/epoch"] = (step + 1) * size / len(examples)
         return out
-
-    def _maybe_checkpoint(
-        self,
-        done: int,
-        learner: Learner,
-        tokenizer: Any,
-        history: list[dict[str, float]],
-        current: Path,
-    ) -> Path:
-        """Save after `done` updates when due (every N and at the end); returns the newest."""
-        trainer = self.root.trainer
-        every = trainer.checkpoint_every
-        if not ((every and done % every == 0) or done == trainer.steps):
-            return current
-        path = save_learner_checkpoint(
-            self.output_dir,
-            done,
-            learner,
-            tokenizer=tokenizer,
-            history=history,
-            keep=trainer.keep_checkpoints,
-        )
-        self.host.on_checkpoint(done, path)
-        return path
 
     def _evaluate(
         self, step: int, model: Any, tokenizer: Any, history: list[dict[str, float]]
@@ -444,5 +385,18 @@ class OfflineStage:
             rollout,
             env_threads=self.root.rollout.env_threads,
         )
-        self.host.after_evaluation(step, settings.split, metrics)
+        self.context.host.after_evaluation(step, settings.split, metrics)
         return metrics
+
+
+def offline_share_rows(packing: str) -> bool:
+    """`trainer.packing` of an offline stage: `auto` keeps the shared rows offline stages use.
+
+    An offline micro-batch is a group of whole examples in one forward pass;
+    `padded` gives each sequence its own row instead.
+    """
+    return packing != "padded"
+
+
+def _last(history: list[dict[str, float]]) -> dict[str, float]:
+    return dict(history[-1]) if history else {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import multiprocessing
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ def _pack(weights: dict[str, torch.Tensor]) -> bytes:
 
 
 class ProcessPlayer:
-    """Plays rollouts in a child process; callable like `ahead.ThreadPlayer`.
+    """Plays rollouts in a child process; callable like `sources.ThreadPlayer`.
 
     Args:
         raw: the stage's config as a plain dict (`ResolvedConfig.raw`).
@@ -100,29 +101,26 @@ def serve(raw: dict[str, Any], model_path: str, threads: int, connection: Any) -
 def _build(raw: dict[str, Any], model_path: str) -> Any:
     from agentgym_core.config.resolve import validate_dict
     from agentgym_core.plugins import PluginHost
-    from agentgym_core.rollout.chat import ChatFormat
-    from agentgym_core.rollout.engine import RolloutEngine
-    from agentgym_core.run.components import load_configured_model
-    from agentgym_core.run.evaluate import evaluation_tasks
-    from agentgym_core.run.train import TrainStage
+    from agentgym_core.run.checkpoint import latest_checkpoint
+    from agentgym_core.run.components import build_components, load_configured_model
+    from agentgym_core.run.rollout_step import build_rollout_step
 
-    host = PluginHost()
-    stage = TrainStage(validate_dict(raw, host.registry), host)
-    root, components = stage.root, stage.components
+    resolved = validate_dict(raw, PluginHost().registry)
+    root = resolved.root
     model, tokenizer = load_configured_model(root.model, model_path)
-    policy = components.policy_factory(model, tokenizer)
-    engine = RolloutEngine(
-        components.env_factory,
-        policy,
-        ChatFormat(tokenizer, model.generation_config),
-        env_threads=root.rollout.env_threads,
+    output_dir = Path(root.run.output_dir)
+
+    def newest() -> Path:
+        return latest_checkpoint(output_dir) or Path(model_path)
+
+    rollout_step, policy = build_rollout_step(
+        root, build_components(resolved), model, tokenizer, newest
     )
-    train_tasks = evaluation_tasks(components.env_factory, "train", None)
 
     def play(step: int, history: list, weights: dict) -> tuple[dict, TrajectoryBatch]:
         model.load_state_dict(weights)
         policy.sync_weights(model)
-        return stage._healthy_rollout(step, engine, train_tasks, history, None, announce=False)
+        return rollout_step(step, history)
 
     return play
 

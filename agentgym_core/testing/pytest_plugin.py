@@ -5,6 +5,18 @@
 - `agentgym_host`: a fresh `PluginHost` of the installed plugins.
 - `tiny_model_dir`: a tiny from-scratch model folder (Hugging Face format), so
   policy and algorithm plugins can be tested with no model download.
+- `agentgym_tiny_model(env_block, **options)`: the folder of a tiny model whose
+  tokenizer was trained on that env's own text; built once per session and
+  env block, corpus and size.
+- `agentgym_train(config, overrides=(), *, plugins=None, tiny_model=None,
+  output_dir=None)`: trains one tiny `train` stage of any env, algorithm and
+  scheduler and returns a `TrainRun` (`history`, `checkpoint`, `batches`,
+  `output_dir`, `model_dir`, `config`, ...). `config` is merged over tiny
+  defaults (run name and seed, a run folder under `tmp_path`, 2 updates of
+  2 tasks x 2 samples, tracking quiet); without a `model.path` the run starts
+  from `agentgym_tiny_model` of its env block. Passing an earlier run's
+  `output_dir` resumes it. An env that needs a fixture (Java, a browser, a
+  cache) needs the test to request that fixture too.
 
 Everything from agentgym is imported inside the fixtures: pytest imports this
 module in every session, and loading it must not load any plugin or torch.
@@ -20,6 +32,7 @@ import pytest
 
 if TYPE_CHECKING:
     from agentgym_core.plugins import PluginHost
+    from agentgym_core.testing.training import TinyModels, TinyTrainer
 
 TINY_CORPUS = [
     "Your goal: go to the red ball. You see: a red ball 1 step forward, a grey wall.",
@@ -72,3 +85,33 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("agentgym-tiny-model")
     return Path(init_model(TINY_CORPUS, out, TinyModelConfig(vocab_size=300)))
+
+
+@pytest.fixture(scope="session")
+def agentgym_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    """Factory: `agentgym_tiny_model(env_block, **options)` returns a tiny model folder.
+
+    `env_block` is a config's `env` block (`{"name": "babyai", "levels": [...]}`).
+    The tokenizer is trained on the text of random episodes of the env's first
+    `corpus_tasks` (40) train tasks, at most `corpus_turns` (4) turns each,
+    plus `expert_turns` (0) turns of its expert where it has `expert_action()`;
+    other options are `TinyModelConfig` fields (`vocab_size`, `hidden_size`,
+    ...). The same arguments give the same folder for the whole session.
+    """
+    from agentgym_core.testing.training import TinyModels
+
+    return TinyModels(tmp_path_factory.mktemp("agentgym-tiny-models"))
+
+
+@pytest.fixture
+def agentgym_train(tmp_path: Path, agentgym_tiny_model: TinyModels) -> TinyTrainer:
+    """Factory: `agentgym_train(config, overrides=(), ...)` trains one tiny stage, a `TrainRun`.
+
+    Keyword arguments: `plugins` (name -> plugin object, e.g. a hook recorder),
+    `tiny_model` (options of `agentgym_tiny_model` for the built model) and
+    `output_dir` (an earlier run's, to resume it; default: a fresh folder under
+    `tmp_path` per call). See `agentgym_core.testing.training.TinyTrainer`.
+    """
+    from agentgym_core.testing.training import TinyTrainer
+
+    return TinyTrainer(tmp_path, agentgym_tiny_model)

@@ -4,46 +4,32 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import psutil
-import pytest
 import torch
-import yaml
-from agentgym_env_sciworld import SciWorldConfig, SciWorldEnv
 from transformers import AutoModelForCausalLM
 
 from agentgym_core.cli import main as agentgym
-from agentgym_core.config.load import load_config
-from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
-from agentgym_core.plugins import PluginHost
-from agentgym_core.run.train import TrainStage
 
 ENV = {"tasks": ["find-plant"], "max_variations": 20, "list_valid_actions": True}
 """Constrained to ScienceWorld's valid actions, a random agent sometimes opens a door or walks
 through one (partial credit) and mostly does not: GRPO groups with different rewards."""
 INSTRUCTION = "Find a plant. Answer with one action."
+TINY_MODEL = {
+    "corpus_tasks": 3,
+    "corpus_turns": 2,
+    "vocab_size": 600,
+    "max_position_embeddings": 4096,
+}
 
 
 def java_descendants() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if "java" in p.name()]
 
 
-@pytest.fixture(scope="module")
-def sciworld_model(tmp_path_factory, java) -> Path:
-    env = SciWorldEnv(SciWorldConfig(**ENV, instruction=INSTRUCTION))
-    try:
-        texts = env_corpus(env, env.tasks("train")[:3], max_turns=2)
-    finally:
-        env.close()
-    out = tmp_path_factory.mktemp("sciworld-model")
-    return init_model(texts, out, TinyModelConfig(vocab_size=600, max_position_embeddings=4096))
-
-
-def test_two_grpo_updates_on_the_real_simulator(tmp_path, sciworld_model):
+def test_two_grpo_updates_on_the_real_simulator(agentgym_train, java):
     raw = {
-        "run": {"name": "sciworld-smoke", "output_dir": str(tmp_path / "run"), "seed": 0},
-        "model": {"path": str(sciworld_model)},
+        "run": {"name": "sciworld-smoke", "seed": 0},
         "env": {"name": "sciworld", **ENV, "instruction": INSTRUCTION},
         "algorithm": {"name": "grpo"},
         "scheduler": {"name": "fixed", "max_turns": 3},
@@ -56,21 +42,18 @@ def test_two_grpo_updates_on_the_real_simulator(tmp_path, sciworld_model):
             "checkpoint_every": 0,
         },
     }
-    path = tmp_path / "sciworld.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    host = PluginHost()
-    result = TrainStage(load_config(path, [], host.registry), host).run(show_progress=False)
+    run = agentgym_train(raw, tiny_model=TINY_MODEL)
 
-    assert len(result.history) == 2
-    for metrics in result.history:
+    assert len(run.history) == 2
+    for metrics in run.history:
         assert metrics["rollout/episodes"] == 8 and metrics["rollout/env_errors"] == 0
         assert 1 <= metrics["rollout/turns_mean"] <= 3
         assert "rollout/group/find-plant/success_rate" in metrics
         assert math.isfinite(metrics["train/loss"])
-    assert any(m["rollout/reward_mean"] > 0 for m in result.history)
-    assert any(m["train/grad_norm"] > 0 for m in result.history)
-    before = AutoModelForCausalLM.from_pretrained(sciworld_model).state_dict()
-    after = AutoModelForCausalLM.from_pretrained(result.checkpoint).state_dict()
+    assert any(m["rollout/reward_mean"] > 0 for m in run.history)
+    assert any(m["train/grad_norm"] > 0 for m in run.history)
+    before = AutoModelForCausalLM.from_pretrained(run.model_dir).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(run.checkpoint).state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert not java_descendants()  # the engine closed every env of its pool
 

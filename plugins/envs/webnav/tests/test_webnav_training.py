@@ -4,41 +4,24 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
-import pytest
 import torch
 import yaml
-from agentgym_env_webnav import WebNavConfig, WebNavEnv
 from transformers import AutoModelForCausalLM
 
 from agentgym_core.cli import main as agentgym
-from agentgym_core.config.load import load_config
-from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
-from agentgym_core.plugins import PluginHost
-from agentgym_core.run.train import TrainStage
 
 TASKS = ["click-link", "click-button"]
 """One click ends the episode, right or wrong: a random policy wins some groups and loses others."""
 INSTRUCTION = "Click the element the task names."
+ENV = {"name": "webnav", "tasks": TASKS, "instruction": INSTRUCTION}
+TINY_MODEL = {"corpus_tasks": 8, "corpus_turns": 2, "vocab_size": 400}
 
 
-@pytest.fixture(scope="module")
-def webnav_model(tmp_path_factory, chromium) -> Path:
-    env = WebNavEnv(WebNavConfig(tasks=TASKS, instruction=INSTRUCTION))
-    try:
-        texts = env_corpus(env, env.tasks("train")[:8], max_turns=2)
-    finally:
-        env.close()
-    out = tmp_path_factory.mktemp("webnav-model")
-    return init_model(texts, out, TinyModelConfig(vocab_size=400))
-
-
-def test_two_grpo_updates_on_real_pages(tmp_path, webnav_model):
+def test_two_grpo_updates_on_real_pages(agentgym_train, chromium):
     raw = {
-        "run": {"name": "webnav-smoke", "output_dir": str(tmp_path / "run"), "seed": 1},
-        "model": {"path": str(webnav_model)},
-        "env": {"name": "webnav", "tasks": TASKS, "instruction": INSTRUCTION},
+        "run": {"name": "webnav-smoke", "seed": 1},
+        "env": ENV,
         "algorithm": {"name": "grpo"},
         "scheduler": {"name": "fixed", "max_turns": 2},
         "rollout": {"max_context_tokens": 1536, "concurrency": 2, "env_threads": 2},
@@ -50,22 +33,19 @@ def test_two_grpo_updates_on_real_pages(tmp_path, webnav_model):
             "checkpoint_every": 0,
         },
     }
-    path = tmp_path / "webnav.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    host = PluginHost()
-    result = TrainStage(load_config(path, [], host.registry), host).run(show_progress=False)
+    run = agentgym_train(raw, tiny_model=TINY_MODEL)
 
-    assert len(result.history) == 2
-    for metrics in result.history:
+    assert len(run.history) == 2
+    for metrics in run.history:
         assert metrics["rollout/episodes"] == 8 and metrics["rollout/env_errors"] == 0
         assert 1 <= metrics["rollout/turns_mean"] <= 2
         assert set(TASKS) <= {k.split("/")[2] for k in metrics if k.startswith("rollout/group/")}
         assert math.isfinite(metrics["train/loss"])
-    wins = [m["rollout/success_rate"] for m in result.history]
+    wins = [m["rollout/success_rate"] for m in run.history]
     assert any(0 < w < 1 for w in wins), wins  # mixed outcomes: GRPO had a signal
-    assert any(m["train/grad_norm"] > 0 for m in result.history)
-    before = AutoModelForCausalLM.from_pretrained(webnav_model).state_dict()
-    after = AutoModelForCausalLM.from_pretrained(result.checkpoint).state_dict()
+    assert any(m["train/grad_norm"] > 0 for m in run.history)
+    before = AutoModelForCausalLM.from_pretrained(run.model_dir).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(run.checkpoint).state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
@@ -100,7 +80,7 @@ def test_expert_data_command_writes_successful_agenttraj(tmp_path, chromium, cap
         assert all(a.split(" ")[0] in ("click", "type") for a in actions)
 
 
-def test_a_terminated_run_leaves_no_browser_behind(tmp_path, webnav_model):
+def test_a_terminated_run_leaves_no_browser_behind(tmp_path, agentgym_tiny_model, chromium):
     """SIGTERM (what `kill`, `timeout` and job schedulers send) closes every Chromium first."""
     import signal
     import subprocess
@@ -111,8 +91,8 @@ def test_a_terminated_run_leaves_no_browser_behind(tmp_path, webnav_model):
 
     raw = {
         "run": {"name": "webnav-killed", "output_dir": str(tmp_path / "run"), "seed": 1},
-        "model": {"path": str(webnav_model)},
-        "env": {"name": "webnav", "tasks": TASKS, "instruction": INSTRUCTION},
+        "model": {"path": str(agentgym_tiny_model(ENV, **TINY_MODEL))},
+        "env": ENV,
         "algorithm": {"name": "grpo"},
         "scheduler": {"name": "fixed", "max_turns": 2},
         "rollout": {"max_context_tokens": 1536, "concurrency": 4, "env_threads": 4},

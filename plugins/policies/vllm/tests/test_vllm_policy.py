@@ -23,8 +23,10 @@ from agentgym_policy_vllm.policy import build_engine  # noqa: E402
 
 from agentgym_core.config.errors import ConfigError  # noqa: E402
 from agentgym_core.interfaces import SamplingParams  # noqa: E402
-from agentgym_core.learner.learner import Learner, LearnerSettings, token_logprobs  # noqa: E402
+from agentgym_core.learner.forward import token_logprobs  # noqa: E402
+from agentgym_core.learner.learner import Learner  # noqa: E402
 from agentgym_core.learner.packing import pack  # noqa: E402
+from agentgym_core.learner.settings import LearnerSettings  # noqa: E402
 from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig  # noqa: E402
 from agentgym_core.rollout.chat import ChatFormat  # noqa: E402
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings  # noqa: E402
@@ -130,7 +132,7 @@ def learner_logprobs(model, trajectory, temperature):
     with torch.no_grad():
         logprobs, _ = token_logprobs(model.eval(), batch, temperature)
     sampled = batch.mask[0].bool()
-    return logprobs[0][sampled], batch.old_logprobs[0][sampled]
+    return logprobs[0][sampled], batch.sampler_logprobs[0][sampled]
 
 
 def test_logprobs_match_the_learner_after_an_update_and_a_sync(vllm_policy, vllm_model_dir):
@@ -164,31 +166,22 @@ def test_logprobs_match_the_learner_after_an_update_and_a_sync(vllm_policy, vllm
         assert mine.numpy() == pytest.approx(sampler.numpy(), abs=2e-4)
 
 
-def test_rollouts_ahead_of_the_learner_train_through_vllm(vllm_model_dir, tmp_path):
+def test_rollouts_ahead_of_the_learner_train_through_vllm(vllm_model_dir, agentgym_train):
     """trainer.max_staleness 1 with vLLM generating: the policy gets the weights each rollout
     starts from, batches are one update old, and decoupled PPO's weights are logged."""
-    import yaml
-
-    from agentgym_core.config.load import load_config
-    from agentgym_core.plugins import PluginHost
-    from agentgym_core.run.train import TrainStage
-
-    raw = {
-        "run": {"name": "stale", "output_dir": str(tmp_path / "stale"), "seed": 0},
-        "model": {"path": str(vllm_model_dir)},
-        "env": {"name": "babyai", "levels": LEVELS},
-        "policy": {"name": "vllm", "kv_cache_gib": 0.25, "enforce_eager": True},
-        "algorithm": {"name": "grpo"},
-        "scheduler": {"name": "fixed", "max_turns": 2},
-        "rollout": {"max_context_tokens": 1024},
-        "trainer": {"steps": 3, "tasks_per_step": 2, "group_size": 4, "max_staleness": 1},
-        "tracking": {"log_trajectories": 0, "traces": False},
-    }
-    path = tmp_path / "stale.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    host = PluginHost()
-    result = TrainStage(load_config(path, [], host.registry), host).run(show_progress=False)
-    assert [h["rollout/staleness"] for h in result.history] == [0.0, 1.0, 1.0]
-    for update in result.history:
+    run = agentgym_train(
+        {
+            "run": {"name": "stale", "seed": 0},
+            "model": {"path": str(vllm_model_dir)},
+            "env": {"name": "babyai", "levels": LEVELS},
+            "policy": {"name": "vllm", "kv_cache_gib": 0.25, "enforce_eager": True},
+            "algorithm": {"name": "grpo"},
+            "scheduler": {"name": "fixed", "max_turns": 2},
+            "rollout": {"max_context_tokens": 1024},
+            "trainer": {"steps": 3, "tasks_per_step": 2, "group_size": 4, "max_staleness": 1},
+        }
+    )
+    assert [h["rollout/staleness"] for h in run.history] == [0.0, 1.0, 1.0]
+    for update in run.history:
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
         assert 0 < update["train/importance_weight_mean"] <= 2.0

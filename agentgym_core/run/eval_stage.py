@@ -1,0 +1,145 @@
+"""Evaluation stages: the `eval` stage kind, `agentgym eval`, and side-by-side comparisons."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentgym_core import distributed
+from agentgym_core.config.stages import Stage, expand_stages
+from agentgym_core.plugins import PluginHost
+from agentgym_core.rollout.text import is_text_level
+from agentgym_core.run.components import Components, build_components, load_configured_model
+from agentgym_core.run.evaluate import (
+    EvalSettings,
+    evaluate_model,
+    evaluate_text_policy,
+    partial_note,
+)
+from agentgym_core.run.kinds import StageContext, StageOutcome
+from agentgym_core.run.rollout_step import rollout_settings
+from agentgym_core.tracking.console import format_table
+from agentgym_core.types import Trajectory
+
+
+def eval_settings(
+    root: Any,
+    components: Components,
+    *,
+    steps: int,
+    history: list[dict[str, float]] | None = None,
+) -> EvalSettings:
+    """Eval settings from the `eval` block; the horizon defaults to the scheduler's at `steps`."""
+    block = root.eval
+    max_turns = block.max_turns
+    if max_turns is None:
+        max_turns = components.scheduler.max_turns(max(steps - 1, 0), history or [])
+    return EvalSettings(
+        split=block.split,
+        num_tasks=block.num_tasks,
+        k=block.k,
+        max_turns=max_turns,
+        greedy=block.greedy,
+        temperature=block.temperature,
+        seed=root.run.seed,
+        env_error_retries=block.env_error_retries,
+        env_recovery_s=root.rollout.env_recovery_s,
+    )
+
+
+def run_eval_stage(
+    resolved: Any, host: PluginHost, model_path: Path, *, step: int = 0
+) -> tuple[dict[str, float], list[Trajectory]]:
+    """Evaluate the weights at `model_path` on the configured split."""
+    root = resolved.root
+    components = build_components(resolved)
+    settings = eval_settings(root, components, steps=root.trainer.steps)
+    # run_evaluation takes temperature, greedy and seed from `settings`, the rest from here
+    rollout = rollout_settings(root, max_turns=settings.max_turns, seed=root.run.seed)
+    threads = root.rollout.env_threads
+    if is_text_level(resolved.components["policy"][0].factory):
+        # a chat API answers text: there are no weights to load from model_path
+        metrics, trajectories = evaluate_text_policy(
+            components, settings, rollout, env_threads=threads
+        )
+    else:
+        model, tokenizer = load_configured_model(root.model, model_path)
+        metrics, trajectories = evaluate_model(
+            model, tokenizer, components, settings, rollout, env_threads=threads
+        )
+    host.after_evaluation(step, settings.split, metrics)
+    return metrics, trajectories
+
+
+class EvalStage:
+    """The `eval` stage kind: evaluate the weights the stage starts from; pass them on."""
+
+    def __init__(self, context: StageContext, options: Any = None) -> None:
+        self.context = context
+
+    def run(self, *, show_progress: bool = True, quiet: bool = False) -> StageOutcome:
+        """Evaluate, print the table, log and save the episodes (main process)."""
+        context = self.context
+        block = context.config.root.eval
+        metrics, trajectories = run_eval_stage(context.config, context.host, context.start_model)
+        if context.tracker is not None:
+            context.tracker.log_episodes(0, trajectories, split=block.split)
+            table = eval_table(metrics, block.k)
+            print(f"[{context.name}] {context.start_model}\n{table}")
+            if note := partial_note(metrics, trajectories):
+                print(f"agentgym: [{context.name}] {note}", flush=True)
+        if context.recorder is not None:
+            context.recorder.save_evaluation(block.split, trajectories)
+        return StageOutcome(context.start_model, metrics=metrics)
+
+
+def eval_table(metrics: dict[str, float], k: int) -> str:
+    """Overall and per-group results as a text table."""
+    groups = sorted({key.split("/")[1] for key in metrics if key.startswith("group/")})
+    keys = ["success_rate", "mean_reward", "avg@k", "pass@k", "episodes", "env_errors"]
+    columns = ["group", "success_rate", "mean_reward", f"avg@{k}", f"pass@{k}", "episodes"]
+    columns.append("env_errors")
+
+    def row(name: str, prefix: str) -> dict[str, object]:
+        values = [metrics.get(prefix + key, 0.0) for key in keys]
+        return dict(zip(columns, [name, *values], strict=True))
+
+    rows = [row("all", "")] + [row(group, f"group/{group}/") for group in groups]
+    return format_table(rows, columns)
+
+
+def is_comparison(resolved: Any) -> bool:
+    """True when every stage is `eval`: `agentgym eval` then compares them side by side."""
+    stages = resolved.root.stages or []
+    return bool(stages) and all(stage.type == "eval" for stage in stages)
+
+
+def run_comparison(resolved: Any, host: PluginHost) -> list[tuple[Stage, dict[str, float]]]:
+    """Evaluate each eval stage (its own policy and model.path) on the same tasks."""
+    out = []
+    for stage in expand_stages(resolved):
+        metrics, trajectories = run_eval_stage(
+            stage.config, host, Path(stage.config.root.model.path)
+        )
+        if (note := partial_note(metrics, trajectories)) and distributed.is_main():
+            print(f"agentgym: [{stage.name}] {note}", flush=True)
+        out.append((stage, metrics))
+    return out
+
+
+def comparison_table(results: list[tuple[Stage, dict[str, float]]]) -> str:
+    """One row per stage: its policy, per-group success, then the overall metrics."""
+    groups = sorted(
+        {key.split("/")[1] for _, metrics in results for key in metrics if key.startswith("group/")}
+    )
+    rows = []
+    for stage, metrics in results:
+        root = stage.config.root
+        row: dict[str, object] = {"stage": stage.name, "policy": root.policy.name, "k": root.eval.k}
+        row.update({g: metrics.get(f"group/{g}/success_rate") for g in groups})
+        row.update({key: metrics.get(key) for key in ("success_rate", "avg@k", "pass@k")})
+        row.update(episodes=metrics.get("episodes"), env_errors=metrics.get("env_errors"))
+        rows.append(row)
+    columns = ["stage", "policy", *groups, "success_rate", "k", "avg@k", "pass@k"]
+    columns += ["episodes", "env_errors"]
+    return format_table(rows, columns)

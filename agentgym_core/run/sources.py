@@ -1,0 +1,296 @@
+"""Rollout sources: where an online stage's batches come from, and on which weights.
+
+A source hands out finished batches (`take`), each tagged with the weight
+version that sampled it (the number of updates those weights had seen), and
+receives new weights when the stage pushes them after an update (`push`). It
+never holds the learner. Three forms:
+
+- `SyncRollouts` (`trainer.max_staleness: 0`): update t's rollout plays when
+  asked, on the weights pushed after update t-1: rollout, then update, in turn.
+- `AheadRollouts` on a thread (`max_staleness: k`, `rollout_worker: thread`):
+  while the learner trains on update t, the rollouts of updates t+1 .. t+k
+  already play on their own thread, each on the newest weights pushed when it
+  started (a copy: the learner keeps training its own). Right where generation
+  has its own device (a vLLM GPU).
+- `AheadRollouts` in a process (`rollout_worker: process`, `rollout_process`):
+  the same, in a child with its own interpreter, for CPUs where a thread would
+  share the interpreter lock with the learner.
+
+A batch is trained on at most k updates after the weights that sampled it
+(`rollout/staleness`); the learner corrects for it (`learner.offpolicy`). A
+rollout's tasks, horizon and seeds depend on its update number only
+(`rollout_step`). A checkpoint waits for the rollouts in flight and keeps them
+(`checkpoint_state`), so a resumed run trains on exactly the batches the
+uninterrupted run would have. Ahead-of-learner rollouts need one process:
+rollouts gathered across ranks would run collectives on two threads at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from agentgym_core import distributed
+from agentgym_core.config.errors import ConfigError, Problem
+from agentgym_core.rollout.engine import RolloutEngine
+from agentgym_core.run.rollout_step import Played, RolloutStep, build_rollout_step
+from agentgym_core.types import Trajectory, TrajectoryBatch
+
+Weights = dict[str, torch.Tensor]
+
+
+@dataclass
+class Rollout:
+    """One update's batch, its rollout metrics, and the weight version that sampled it."""
+
+    metrics: dict[str, float]
+    batch: TrajectoryBatch
+    version: int
+
+
+class RolloutSource(Protocol):
+    """Where an online stage's batches come from."""
+
+    def take(self, step: int, history: list[dict[str, float]]) -> Rollout:
+        """Update `step`'s rollout (`history`: the metrics of every update before it)."""
+        ...
+
+    def push(self, model: Any, version: int) -> None:
+        """The learner's weights after `version` updates; later rollouts play on them."""
+        ...
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the source (waits for rollouts in flight)."""
+        ...
+
+    def evaluation_engine(self) -> RolloutEngine:
+        """An engine whose policy holds the newest pushed weights, with nothing in flight."""
+        ...
+
+    def close(self) -> None:
+        """Stop threads and processes; close the engine and the policy."""
+        ...
+
+
+class SyncRollouts:
+    """Plays each update's rollout when asked, on the learner's own weights."""
+
+    def __init__(self, play: RolloutStep, policy: Any, *, version: int) -> None:
+        self.play, self.policy, self.version = play, policy, version
+
+    def take(self, step: int, history: list[dict[str, float]]) -> Rollout:
+        """Play update `step` now."""
+        metrics, batch = self.play(step, history)
+        return Rollout(metrics, batch, self.version)
+
+    def push(self, model: Any, version: int) -> None:
+        """Give the policy the new weights (free when it shares the learner's model)."""
+        self.policy.sync_weights(model)
+        self.version = version
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Nothing is in flight."""
+        return {}
+
+    def evaluation_engine(self) -> RolloutEngine:
+        """The rollout engine itself."""
+        return self.play.engine
+
+    def close(self) -> None:
+        """Close the engine and the policy."""
+        try:
+            self.play.engine.close()
+        finally:
+            self.policy.close()
+
+
+class ThreadPlayer:
+    """Plays rollouts on a thread of this process, loading each rollout's weights first."""
+
+    def __init__(self, play: Callable[[int, list], Played], model: Any, sync: Callable) -> None:
+        self.play, self.model, self.sync = play, model, sync
+
+    def __call__(self, step: int, history: list, weights: Weights, threads: int) -> Played:
+        """Load `weights` into the policy's model, then play update `step`."""
+        torch.set_num_threads(threads)
+        self.model.load_state_dict(weights)
+        self.sync(self.model)
+        return self.play(step, history)
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+@dataclass
+class _InFlight:
+    future: concurrent.futures.Future
+    version: int
+
+
+class AheadRollouts:
+    """Keeps the rollouts of the next `staleness` updates playing while the learner trains.
+
+    Args:
+        player: plays one update on given weights (`ThreadPlayer`, `ProcessPlayer`).
+        play: the parent's own `RolloutStep`, whose engine evaluations use.
+        policy: that engine's policy, on its own copy of the weights (`model`).
+        model: the policy's model; `push` snapshots weights, evaluations load them into it.
+        staleness: `trainer.max_staleness` (at least 1).
+        steps: `trainer.steps` (no rollout is started past the last update).
+        version: updates the starting weights have seen.
+    """
+
+    def __init__(
+        self,
+        player: Any,
+        play: RolloutStep,
+        policy: Any,
+        model: Any,
+        *,
+        staleness: int,
+        steps: int,
+        version: int,
+    ) -> None:
+        self.player, self.play, self.policy, self.model = player, play, policy, model
+        self.staleness, self.steps = staleness, steps
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
+        self.in_flight: dict[int, _InFlight] = {}
+        self.weights, self.version = _snapshot(model), version
+        # the CPU's intra-op threads, split: torch's thread count is per calling thread, and two
+        # threads each using every core would only take turns
+        self.learner_threads = torch.get_num_threads()
+        self.rollout_threads = max(1, self.learner_threads // 2)
+        torch.set_num_threads(max(1, self.learner_threads - self.rollout_threads))
+
+    def take(self, step: int, history: list[dict[str, float]]) -> Rollout:
+        """Update `step`'s rollout; first starts those of the next updates on the newest weights."""
+        for ahead in range(step, min(step + self.staleness, self.steps - 1) + 1):
+            if ahead not in self.in_flight:
+                seen = list(history)  # a horizon scheduler sees the updates finished by now
+                future = self.pool.submit(
+                    self.player, ahead, seen, self.weights, self.rollout_threads
+                )
+                self.in_flight[ahead] = _InFlight(future, self.version)
+        flight = self.in_flight.pop(step)
+        metrics, batch = flight.future.result()
+        metrics["rollout/staleness"] = float(step - flight.version)
+        return Rollout(metrics, batch, flight.version)
+
+    def push(self, model: Any, version: int) -> None:
+        """Snapshot the new weights: the next rollouts started play on them."""
+        self.weights, self.version = _snapshot(model), version
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Wait for every rollout in flight; them as checkpoint data (see `restore`)."""
+        out = []
+        for step, flight in sorted(self.in_flight.items()):
+            metrics, batch = flight.future.result()
+            trajectories = [t.to_dict() for t in batch.trajectories]
+            out.append(
+                {"step": step, "version": flight.version, "metrics": metrics, "batch": trajectories}
+            )
+        return {"ahead": out}
+
+    def restore(self, saved: list[dict[str, Any]]) -> None:
+        """Put back the rollouts a checkpoint kept as in flight (finished)."""
+        for entry in saved:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            batch = TrajectoryBatch([Trajectory.from_dict(t) for t in entry["batch"]])
+            future.set_result((dict(entry["metrics"]), batch))
+            self.in_flight[int(entry["step"])] = _InFlight(future, int(entry["version"]))
+
+    def evaluation_engine(self) -> RolloutEngine:
+        """Wait for the rollouts in flight, then give the policy the newest weights."""
+        for flight in self.in_flight.values():
+            flight.future.result()
+        self.model.load_state_dict(self.weights)
+        self.policy.sync_weights(self.model)
+        return self.play.engine
+
+    def close(self) -> None:
+        """Wait for the rollout thread (a rollout in progress finishes first), then stop all."""
+        try:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.player.close()
+            torch.set_num_threads(self.learner_threads)
+        finally:
+            try:
+                self.play.engine.close()
+            finally:
+                self.policy.close()
+
+
+def _snapshot(model: Any) -> Weights:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def check_staleness(root: Any) -> list[Problem]:
+    """Rollouts ahead of the learner need a single process."""
+    if root.trainer.max_staleness and distributed.world_size() > 1:
+        return [
+            Problem(
+                "trainer.max_staleness",
+                "rollouts ahead of the learner need a single process "
+                f"(this run has {distributed.world_size()}); set it to 0",
+            )
+        ]
+    return []
+
+
+def open_rollouts(
+    resolved: Any,
+    components: Any,
+    model: Any,
+    tokenizer: Any,
+    *,
+    version: int,
+    saved: dict[str, Any],
+    weights_path: Path,
+    newest: Callable[[], Path],
+) -> RolloutSource:
+    """The stage's rollout source, by `trainer.max_staleness` and `trainer.rollout_worker`.
+
+    Args:
+        resolved: the stage's resolved config.
+        components: its env, policy and scheduler factories (`build_components`).
+        model: the learner's model (synchronous rollouts share it; ahead ones copy it).
+        version: updates `model` has seen.
+        saved: the resumed checkpoint's extra state (rollouts kept in flight).
+        weights_path: the folder `model` was loaded from (a child process loads it too).
+        newest: the weights an interrupted run would resume from (named in outage errors).
+        tokenizer: the model's tokenizer.
+    """
+    root = resolved.root
+    problems = check_staleness(root)
+    if problems:
+        raise ConfigError(problems, str(resolved.source) if resolved.source else None)
+    trainer = root.trainer
+    if not trainer.max_staleness:
+        play, policy = build_rollout_step(root, components, model, tokenizer, newest)
+        return SyncRollouts(play, policy, version=version)
+    rollout_model = copy.deepcopy(model)  # the learner keeps training its own weights
+    play, policy = build_rollout_step(root, components, rollout_model, tokenizer, newest)
+    if trainer.rollout_worker == "process":
+        from agentgym_core.run.rollout_process import ProcessPlayer
+
+        threads = max(1, torch.get_num_threads() // 2)
+        player: Any = ProcessPlayer(resolved.raw, str(weights_path), threads)
+    else:
+        player = ThreadPlayer(play, rollout_model, policy.sync_weights)
+    source = AheadRollouts(
+        player,
+        play,
+        policy,
+        rollout_model,
+        staleness=trainer.max_staleness,
+        steps=trainer.steps,
+        version=version,
+    )
+    source.restore(saved.get("ahead", []))
+    return source

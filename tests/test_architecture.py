@@ -1,0 +1,156 @@
+"""The import picture: no cycles, and no arrow from a lower layer up into a higher one.
+
+Every import statement counts, also inside functions and under TYPE_CHECKING:
+a lazy import still ties two modules together.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "agentgym_core"
+
+NEVER = {
+    "agentgym_core.types": ["agentgym_core."],
+    "agentgym_core.tasks": ["agentgym_core."],
+    "agentgym_core.interfaces": [
+        "agentgym_core.data",
+        "agentgym_core.learner",
+        "agentgym_core.run",
+    ],
+    "agentgym_core.config": ["agentgym_core.run", "agentgym_core.learner", "agentgym_core.rollout"],
+    "agentgym_core.data": ["agentgym_core.run", "agentgym_core.learner"],
+    "agentgym_core.rollout": [
+        "agentgym_core.run",
+        "agentgym_core.learner",
+        "agentgym_core.tracking",
+        "agentgym_core.policies",
+    ],
+    "agentgym_core.policies": [
+        "agentgym_core.run",
+        "agentgym_core.learner",
+        "agentgym_core.tracking",
+    ],
+    "agentgym_core.learner": [
+        "agentgym_core.run",
+        "agentgym_core.tracking",
+        "agentgym_core.config",
+        "agentgym_core.rollout",
+    ],
+    "agentgym_core.tracking": [
+        "agentgym_core.run",
+        "agentgym_core.learner",
+        "agentgym_core.rollout",
+    ],
+}
+"""Module (or package) -> prefixes it must never import: the arrows that would run back up."""
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str) -> set[str]:
+    """The agentgym_core modules `module` imports, anywhere in its file."""
+    path = MODULES[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            target = _resolve(name) if name.startswith("agentgym_core") else None
+            inside = target is not None and module.startswith(target + ".")
+            if target and target not in (module, "agentgym_core") and not inside:
+                found.add(target)
+    return found
+
+
+GRAPH = {module: _imports(module) for module in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_core_has_no_import_cycle():
+    assert _cycles() == []
+
+
+@pytest.mark.parametrize("layer", sorted(NEVER))
+def test_no_arrow_runs_back_up(layer):
+    banned = [prefix.rstrip(".") for prefix in NEVER[layer]]
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if module == layer or module.startswith(layer + ".")
+        for target in sorted(targets)
+        if any(target == p or target.startswith(p + ".") for p in banned)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_checker_sees_a_cycle_and_an_arrow_up(monkeypatch):
+    """The checks can fail: a made-up edge from types up to run is both."""
+    monkeypatch.setitem(GRAPH, "agentgym_core.types", {"agentgym_core.run.train"})
+    assert any("agentgym_core.types" in cycle for cycle in _cycles())
+    with pytest.raises(AssertionError, match="types imports agentgym_core.run.train"):
+        test_no_arrow_runs_back_up("agentgym_core.types")
