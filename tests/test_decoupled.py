@@ -194,3 +194,19 @@ def test_a_model_with_dropout_is_weighed_up_front_in_eval_mode(tiny_model):
     plain = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), LearnerSettings(off_policy=stale))
     assert not plain._dropout
     assert first == DecoupledUpFront(BehaviourWeights(2.0)).prepare(trajectories, plain._proximal)
+
+
+@pytest.mark.parametrize(("cap", "mode"), [(0.5, "truncate"), (2.0, "clip")])
+def test_a_cap_below_one_or_an_unknown_mode_is_refused_by_key(cap, mode):
+    from agentgym_core.config.errors import ConfigError
+    from agentgym_core.config.resolve import validate_dict
+
+    raw = {
+        "model": {"path": "m"},
+        "env": {"name": "babyai"},
+        "trainer": {"max_staleness": 1, "importance_cap": cap, "importance_mode": mode},
+    }
+    with pytest.raises(ConfigError) as raised:
+        validate_dict(raw)
+    key = "trainer.importance_cap" if cap < 1 else "trainer.importance_mode"
+    assert f"{key}:" in str(raised.value)
