@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 # installation" notices (a UserWarning in each build backend) would fill screens.
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip
 
-.PHONY: install browsers java demo test test-fast test-vllm lint format dist clean
+.PHONY: install browsers java demo test test-fast test-vllm test-gpu lint format dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(BIN)/python:
 # Core plus every plugin, editable. torch is pinned first: an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
 	$(PIP) install -qq $(TORCH)
-	$(PIP) install -qq -e '.[dev,serve,bench]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(PIP) install -qq -e '.[dev,serve,bench,lora]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)
 
 install: browsers java $(STAMP)
@@ -49,6 +49,17 @@ $(VLLM_VENV)/.installed: scripts/setup_vllm_venv.sh pyproject.toml $(PLUGIN_PROJ
 
 test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm plugins/policies/vllm
+
+# The tests marked `gpu` (they skip without CUDA). On a GPU machine with no network,
+# `bash scripts/gpu_check.sh --setup-only` first builds .venv-gpu over the machine's own torch;
+# this then runs in it (docs/gpu.md). Elsewhere, in the project's venv.
+GPU_VENV := .venv-gpu
+test-gpu:
+	@if [ -x $(GPU_VENV)/bin/python ]; then \
+		$(GPU_VENV)/bin/python -m pytest -q -m gpu tests/test_gpu.py; \
+	else \
+		$(MAKE) --no-print-directory $(STAMP) && $(BIN)/python -m pytest -q -m gpu tests/test_gpu.py; \
+	fi
 
 # Wheels of the core and every plugin in dist/ (offline: the venv's setuptools builds them).
 # A third-party plugin pins the core's API version, e.g. agentgym-core>=0.1,<0.2.

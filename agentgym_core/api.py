@@ -24,6 +24,7 @@ What is here:
 - task ids over (kind, seed) pairs for environment plugins (`seeded_task_ids`,
   `seeded_task`, `SeededTask`, `TEST_SEED_OFFSET`);
 - helpers for policy plugins: `ActionConstraint` (constrained decoding),
+  `full_weights` (a model's weights for a weight sync, a LoRA adapter merged in),
   `ChatFormat`, `ChatMessage` (a chat API's message, also lent as `Message`),
   `ContextWindowExceeded`;
 - data: `read_items`, `read_pairs`, `AgentTrajItem`, `AgentTrajPair` (AgentTraj JSON);
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from agentgym_core.config.errors import ConfigError, Problem
     from agentgym_core.data.agenttraj import AgentTrajItem, AgentTrajPair, read_items, read_pairs
     from agentgym_core.data.expert import ExpertEnvironment
+    from agentgym_core.learner.lora import full_weights
     from agentgym_core.learner.losses import (
         ClippedLossOptions,
         clipped_loss_with_kl_and_entropy,
@@ -114,6 +116,7 @@ _LAZY = {
         "kl_penalty",
         "masked_mean",
     ),
+    "agentgym_core.learner.lora": ("full_weights",),
     "agentgym_core.learner.rewards": (
         "GroupStd",
         "agent_positions",
@@ -181,6 +184,7 @@ __all__ = [
     "clipped_policy_loss",
     "clipped_value_loss",
     "entropy_bonus",
+    "full_weights",
     "group_normalize",
     "hookimpl",
     "kl_k3",

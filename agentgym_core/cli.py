@@ -99,7 +99,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """List every registered component with its distribution and version."""
+    """List every registered component and stage kind with its distribution and version."""
     from agentgym_core.tracking.console import format_table
 
     host = plugin_host()
@@ -122,9 +122,31 @@ def cmd_model_init(args: argparse.Namespace) -> int:
         texts = env_corpus(env, tasks, max_turns=args.max_turns, seed=args.seed)
     finally:
         env.close()
-    config = TinyModelConfig(**parse_options(args.size, flag="--size"))
+    options = parse_options(args.size, flag="--size")
+    if args.chat_template:
+        options["chat_template"] = args.chat_template
+    config = TinyModelConfig(**options)
     out = init_model(texts, Path(args.out), config)
     print(f"model written to {out}")
+    return 0
+
+
+def cmd_model_merge(args: argparse.Namespace) -> int:
+    """Write a LoRA checkpoint's adapter merged into its base as standalone weights."""
+    from agentgym_core.config.schema import ModelConfig
+    from agentgym_core.learner.lora import is_adapter_checkpoint
+    from agentgym_core.run.components import load_configured_model
+
+    checkpoint = Path(args.checkpoint)
+    if not is_adapter_checkpoint(checkpoint):
+        print(f"agentgym: error: {checkpoint} holds no LoRA adapter (adapter_config.json)")
+        return 2
+    model_block = ModelConfig(path=str(checkpoint), dtype=args.dtype)
+    model, tokenizer = load_configured_model(model_block)
+    out = Path(args.out)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    print(f"merged weights written to {out}")
     return 0
 
 
@@ -190,11 +212,26 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--env", required=True)
     init.add_argument("--env-option", action="append", help="env config key=value")
     init.add_argument("--size", action="append", help="TinyModelConfig key=value")
+    init.add_argument(
+        "--chat-template",
+        help="the tokenizer's chat template and special tokens: chatml (default), llama3, or a "
+        "model family's own: qwen2_5, qwen3, llama3_1, llama3_2, mistral, gemma2, gemma3, phi4, "
+        "deepseek_r1_distill (docs/models.md)",
+    )
     init.add_argument("--out", required=True)
     init.add_argument("--tasks", type=int, default=400, help="train tasks played for the corpus")
     init.add_argument("--max-turns", type=int, default=8)
     init.add_argument("--seed", type=int, default=0)
     init.set_defaults(func=cmd_model_init)
+    merge = model.add_parser(
+        "merge", help="a LoRA checkpoint's adapter merged into its base, as a standalone model"
+    )
+    merge.add_argument("checkpoint", help="a checkpoint folder of a `model.lora` run")
+    merge.add_argument("--out", required=True, help="folder for the merged weights")
+    merge.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"]
+    )
+    merge.set_defaults(func=cmd_model_merge)
 
     data = sub.add_parser("data", help="datasets").add_subparsers(dest="action", required=True)
     expert = data.add_parser("expert", help="expert trajectories as AgentTraj JSON")

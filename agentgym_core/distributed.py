@@ -34,6 +34,18 @@ def _state() -> Any:
     return PartialState(cpu=not torch.cuda.is_available())
 
 
+def device() -> torch.device:
+    """The device this rank's models and tensors go to: the one accelerate assigns it.
+
+    Under `accelerate launch` on GPUs, `cuda:<local rank>`; one process on a GPU
+    machine, `cuda`; without a GPU (also with `LOCAL_RANK` set by a CPU launch),
+    `cpu`. The learner's `Accelerator` places the trained model on the same
+    device, so everything a run places by hand agrees with it. Nothing else in
+    the package names a device.
+    """
+    return _state().device
+
+
 def rank() -> int:
     """This process's index among all processes (0 without `accelerate launch`)."""
     return _state().process_index

@@ -100,9 +100,9 @@ def agentgym_register_stage_kinds(register: Register) -> None:
             resolved config, the plugin host, the weights it starts from, earlier
             stages' folders) and the validated `Model` of the stage's `options`
             block, and returns an object whose `run(show_progress=..., quiet=...)`
-            returns a `StageOutcome`. A `check(config, prefix)` static method on the
-            factory, if present, returns the config `Problem`s of a stage of this
-            kind before any stage runs.
+            returns a `StageOutcome`. A `check(config, prefix, earlier)` static
+            method on the factory, if present, returns the config `Problem`s of a
+            stage of this kind (`earlier`: the stages before it) before any stage runs.
     """
 
 

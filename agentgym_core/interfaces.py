@@ -130,8 +130,14 @@ class LossInputs:
     """
 
     logprobs: torch.Tensor
+    """The policy's log-probabilities, with gradient."""
     old_logprobs: torch.Tensor
+    """What the ratio is taken against: chosen per update by the learner's off-policy
+    correction (the loss pass's own values, detached, with one optimizer step a batch; the
+    learner's values before the first step otherwise), never the trajectory's raw field."""
     advantages: torch.Tensor
+    """The algorithm's advantages; with stale rollouts already scaled by each token's
+    behaviour weight (decoupled PPO), so the algorithm's own clipped loss applies as is."""
     mask: torch.Tensor
     entropy: torch.Tensor
     normalizer: float

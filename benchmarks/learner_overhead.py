@@ -31,9 +31,10 @@ from agentgym_algo_grpo import GRPO, GRPOConfig
 from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentgym_core.learner.learner import Learner, LearnerSettings
+from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.losses import clipped_policy_loss
 from agentgym_core.learner.packing import pack
+from agentgym_core.learner.settings import LearnerSettings
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 from agentgym_core.rollout.chat import ChatFormat

@@ -401,7 +401,10 @@ def test_stage_shape_errors(write, registry):
     assert "stages.1.trainr: unknown key (did you mean 'trainer'?)" in message
     text = BASE + "stages:\n  - {name: a, type: tune}\n  - {name: b, type: eval}\n"
     message = errors_of(write(text), registry=registry)
-    assert "stages.0.type: unknown stage type 'tune'; registered: eval, evolve, train" in message
+    assert (
+        "stages.0.type: unknown stage type 'tune'; registered: eval, evolve, offline, train"
+        in message
+    )
     message = errors_of(write(BASE + "stages: [{name: a, type: eval}, {name: a, type: eval}]\n"))
     assert "stages: stage names must be unique" in message
 

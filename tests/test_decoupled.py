@@ -85,8 +85,8 @@ def _trajectory(model, seed: int, length: int = 14) -> tuple[Trajectory, list[fl
     return traj, own
 
 
-def test_up_front_correction_packs_proximal_logprobs_and_weights_beside_the_batch(tiny_model):
-    """Decoupled PPO up front: old = the learner's, weight = min(pi_prox / pi_behav, cap)."""
+def test_up_front_correction_packs_proximal_logprobs_and_weighted_advantages(tiny_model):
+    """Decoupled PPO up front: old = the learner's, advantage x min(pi_prox / pi_behav, cap)."""
     from agentgym_algo_grpo import GRPO, GRPOConfig
 
     model, _ = tiny_model
@@ -99,10 +99,12 @@ def test_up_front_correction_packs_proximal_logprobs_and_weights_beside_the_batc
     traj.advantages = [0.5 * m for m in traj.loss_mask]
     before = copy.deepcopy(traj)
     learner = Learner(model, GRPO(GRPOConfig()), LearnerSettings(lr=1e-2))
-    correction = DecoupledUpFront(BehaviourWeights(2.0))
+    correction = DecoupledUpFront(2.0)
     columns = correction.prepare([traj], learner._proximal)
-    assert columns["weights"][0][:6] == [0.0] * 6
-    assert columns["weights"][0][6:] == pytest.approx([min(r, 2.0) for r in ratios], rel=1e-4)
+    assert columns["weighted_advantages"][0][:6] == [0.0] * 6
+    assert columns["weighted_advantages"][0][6:] == pytest.approx(
+        [0.5 * min(r, 2.0) for r in ratios], rel=1e-4
+    )
     assert columns["old_logprobs"][0][6:] == pytest.approx(proximal[6:], abs=1e-5)
     assert traj == before  # the trajectory is only read
     stats = correction.stats()
@@ -147,9 +149,7 @@ def test_one_step_update_weighs_in_the_loss_pass_as_the_up_front_pass_does(tiny_
     up_front = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), settings)
 
     got = one_pass.update(TrajectoryBatch(trajectories))
-    reference = up_front.update(
-        TrajectoryBatch(twin), DecoupledUpFront(BehaviourWeights(2.0, mode))
-    )
+    reference = up_front.update(TrajectoryBatch(twin), DecoupledUpFront(2.0, mode))
 
     over = f"importance_{'truncated' if mode == 'truncate' else 'masked'}_fraction"
     assert 0 < reference[over] < 1  # both branches of the cap
@@ -162,7 +162,9 @@ def test_one_step_update_weighs_in_the_loss_pass_as_the_up_front_pass_does(tiny_
     for mine, theirs in zip(
         one_pass.unwrapped.parameters(), up_front.unwrapped.parameters(), strict=True
     ):
-        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-4)
+        # Adam's first step is lr * g / (|g| + eps): where g is tiny, the last bits of the
+        # weights (float64 up front, float32 in the pass) show; a masked token flips more of them
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-4 if mode == "truncate" else 1e-3)
     moved = any(
         not torch.equal(mine, start)
         for mine, start in zip(one_pass.unwrapped.parameters(), model.parameters(), strict=True)
@@ -188,12 +190,12 @@ def test_a_model_with_dropout_is_weighed_up_front_in_eval_mode(tiny_model):
     learner = Learner(dropping, GRPO(GRPOConfig()), LearnerSettings(off_policy=stale))
     assert learner._dropout
     trajectories = _stale_batch(model)
-    first = DecoupledUpFront(BehaviourWeights(2.0)).prepare(trajectories, learner._proximal)
-    again = DecoupledUpFront(BehaviourWeights(2.0)).prepare(trajectories, learner._proximal)
+    first = DecoupledUpFront(2.0).prepare(trajectories, learner._proximal)
+    again = DecoupledUpFront(2.0).prepare(trajectories, learner._proximal)
     assert first == again
     plain = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), LearnerSettings(off_policy=stale))
     assert not plain._dropout
-    assert first == DecoupledUpFront(BehaviourWeights(2.0)).prepare(trajectories, plain._proximal)
+    assert first == DecoupledUpFront(2.0).prepare(trajectories, plain._proximal)
 
 
 @pytest.mark.parametrize(("cap", "mode"), [(0.5, "truncate"), (2.0, "clip")])

@@ -208,6 +208,30 @@ def test_two_ranks_train_and_resume_as_one_process(tmp_path, one_process, mode):
             assert theirs[key] == pytest.approx(mine[key], rel=1e-4, abs=1e-7), key
 
 
+def test_two_ranks_train_a_lora_adapter_as_one_process(tmp_path, gotoobj_model):
+    """model.lora under DDP: both ranks hold the same adapter, that of one process."""
+    from agentgym_core.config.schema import ModelConfig
+    from agentgym_core.run.runtime import load_training_model
+
+    config = _config(tmp_path, gotoobj_model)
+    lora = "model.lora={r: 4, alpha: 8}"
+    host = PluginHost()
+    single = run_stage(load_config(config, [lora], host.registry), host, show_progress=False)
+    out = tmp_path / "two"
+    _launch(config, "ddp", lora, f"run.output_dir={out}")
+    final = sorted((out / "checkpoints").iterdir())[-1]
+    assert (final / "adapter_model.safetensors").is_file()
+    rank0, rank1 = _state(final)["extra"]["ranks"]["fingerprints"]
+    assert rank0 == rank1  # bit-identical adapters (and bases) on both ranks
+    block = ModelConfig(path=str(gotoobj_model), lora={"r": 4, "alpha": 8})
+    mine, _ = load_training_model(block, gotoobj_model, single.checkpoint)
+    theirs, _ = load_training_model(block, gotoobj_model, final)
+    a, b = mine.state_dict(), theirs.state_dict()
+    assert any("lora_B" in k and float(a[k].abs().max()) > 0 for k in a)  # the adapter trained
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst < 1e-5, worst
+
+
 @pytest.mark.slow
 def test_two_ranks_run_an_offline_pipeline_as_one_process(tmp_path, gotoobj_model):
     """SFT on expert episodes, sampled eval episodes saved, DPO on their pairs."""

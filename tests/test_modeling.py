@@ -9,7 +9,13 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentgym_core.interfaces import Environment
-from agentgym_core.modeling import TinyModelConfig, env_corpus, init_model, train_tokenizer
+from agentgym_core.modeling import (
+    CHAT_FORMATS,
+    TinyModelConfig,
+    env_corpus,
+    init_model,
+    train_tokenizer,
+)
 from agentgym_core.types import StepResult
 
 ENV_WORDS = ["red", "blue", "green", "ball", "box", "key", "door", "turn", "left", "right", "pick"]
@@ -220,3 +226,34 @@ def test_env_corpus_without_enumerable_actions() -> None:
     assert not set(GridFake.ACTIONS) & set(texts)
     tokenizer = train_tokenizer(texts * 50, vocab_size=400)
     assert len(tokenizer.encode(" ball", add_special_tokens=False)) == 1
+
+
+FAMILIES = [name for name in CHAT_FORMATS if name not in ("chatml", "llama3")]
+
+
+@pytest.mark.parametrize("template", FAMILIES)
+def test_family_templates_reload_with_their_tokens(tmp_path, template) -> None:
+    config = SMALL.model_copy(update={"chat_template": template})
+    fmt = CHAT_FORMATS[template]
+    trained = train_tokenizer(corpus(), vocab_size=config.vocab_size, chat_template=template)
+    path = init_model(corpus(), tmp_path / template, config)
+    loaded = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+
+    assert loaded.chat_template == fmt.template
+    assert loaded.get_vocab() == trained.get_vocab()
+    assert (loaded.eos_token, loaded.pad_token, loaded.bos_token) == (
+        fmt.eos_token,
+        fmt.pad_token,
+        fmt.bos_token,
+    )
+    conversation = MESSAGES[1:]  # Gemma 2 refuses a system message
+    text = loaded.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    ids = loaded.encode(text, add_special_tokens=False)
+    assert ids == trained.encode(text, add_special_tokens=False)
+    for token in (*fmt.special_tokens, *fmt.added_tokens):
+        assert len(loaded.encode(token, add_special_tokens=False)) == 1, token
+    for token in fmt.added_tokens:  # model text, like Qwen3's <think>: kept when decoding
+        assert loaded.decode(loaded.encode(token), skip_special_tokens=True) == token
+    stops = loaded.convert_tokens_to_ids(list(fmt.stop_tokens)) if fmt.stop_tokens else None
+    assert model.generation_config.eos_token_id == (stops or loaded.eos_token_id)

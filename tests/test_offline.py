@@ -14,17 +14,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentgym_core.config.errors import ConfigError
 from agentgym_core.config.load import load_config
 from agentgym_core.config.stages import expand_stages
-from agentgym_core.learner.learner import Learner, LearnerSettings
+from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.sequence import micro_batches, sequence_logprobs, sequence_update
+from agentgym_core.learner.settings import LearnerSettings
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.eval_stage import run_eval_stage
 from agentgym_core.run.kinds import run_stage
-from agentgym_core.run.offline import (
-    check_stage_sources,
-    read_rollouts,
-    step_indices,
-)
+from agentgym_core.run.offline import read_rollouts, step_indices
 from agentgym_core.run.pipeline import run_pipeline
 from agentgym_core.types import Trajectory
 
@@ -315,9 +312,8 @@ def test_pairs_from_must_name_an_earlier_stage_that_saves_rollouts(tmp_path, bab
         {"name": "test", "type": "eval"},
     ]
     path = _config(tmp_path, babyai_model, "bad", dpo, stages=stages)
-    resolved = load_config(path, [], host.registry)
-    with pytest.raises(ConfigError) as info:
-        check_stage_sources(resolved, expand_stages(resolved))
+    with pytest.raises(ConfigError) as info:  # each stage's kind checks it before anything runs
+        expand_stages(load_config(path, [], host.registry))
     message = str(info.value)
     assert "stages.1.algorithm.pairs_from: stage 'sample' does not save its rollouts; " in message
     assert "set stages.0.tracking.save_rollouts: true" in message

@@ -29,7 +29,7 @@ class CopyStage:
         self.context, self.options = context, options
 
     @staticmethod
-    def check(config, prefix):
+    def check(config, prefix, earlier):
         from agentgym_core.config.errors import Problem
 
         if config.root.trainer.steps == 13:
@@ -41,6 +41,7 @@ class CopyStage:
         out.mkdir(parents=True, exist_ok=True)
         chain = (self.context.start_model / "chain.txt").read_text()
         (out / "chain.txt").write_text(chain + self.options.label)
+        (out / "name.txt").write_text(self.context.name)
         return StageOutcome(out, metrics={"copied": float(len(chain) + 1)})
 
 
@@ -75,6 +76,7 @@ def test_a_plugin_stage_kind_runs_in_a_pipeline_with_its_options(tmp_path, agent
     )
     assert [r.type for r in results] == ["copy", "copy"]
     assert (results[-1].model / "chain.txt").read_text() == "s12"  # each from the one before
+    assert (results[-1].model / "name.txt").read_text() == "two"  # the stage's own name
     assert results[-1].metrics == {"copied": 3.0}
 
 

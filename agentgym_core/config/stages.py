@@ -42,6 +42,8 @@ class Stage:
     type: str
     config: ResolvedConfig
     options: BaseModel | None = None
+    index: int = 0
+    """Position in `stages` (errors name `stages.<index>...`)."""
 
     @property
     def kind(self) -> str:
@@ -88,31 +90,32 @@ def expand_stages(resolved: ResolvedConfig) -> list[Stage]:
         except ConfigError as exc:
             problems += exc.problems
             continue
-        checked = _checked_kind(stage, config, prefix)
-        if isinstance(checked, list):
-            problems += checked
-            continue
-        out.append(Stage(stage.name, stage.type, config, checked))
+        options, found = _checked_kind(stage, config, prefix, out)
+        problems += found
+        out.append(Stage(stage.name, stage.type, config, options, index))
     if problems:
         raise ConfigError(problems, str(resolved.source) if resolved.source else None)
     return out
 
 
 def _checked_kind(
-    stage: StageConfig, config: ResolvedConfig, prefix: tuple[Any, ...]
-) -> BaseModel | list[Problem]:
-    """The stage's validated options, or the problems of its type, options and kind check."""
+    stage: StageConfig, config: ResolvedConfig, prefix: tuple[Any, ...], earlier: list[Stage]
+) -> tuple[BaseModel | None, list[Problem]]:
+    """The stage's validated options, and the problems of its type, options and kind check.
+
+    The kind's check sees the stages before this one (a stage may read their output).
+    """
     if config.registry is None:  # validated without plugins: no kinds to check against
-        return None  # type: ignore[return-value]
+        return None, []
     kind = stage_kind(stage.type, config)
     try:
         registration = config.registry.get("stage", kind)
     except RegistryError:
-        kinds = [k for k in config.registry.names("stage") if k != "offline"]
+        kinds = config.registry.names("stage")
         close = difflib.get_close_matches(stage.type, kinds, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         message = f"unknown stage type {stage.type!r}{hint}; registered: {', '.join(kinds)}"
-        return [Problem(dotted((*prefix, "type")), message)]
+        return None, [Problem(dotted((*prefix, "type")), message)]
     options = stage.options or {}
     problems = unknown_keys(options, registration.config, (*prefix, "options"))
     try:
@@ -122,8 +125,8 @@ def _checked_kind(
         validated = None
     check = getattr(registration.factory, "check", None)
     if check is not None:
-        problems += check(config, prefix)
-    return problems or validated  # type: ignore[return-value]
+        problems += check(config, prefix, earlier)
+    return validated, problems
 
 
 def _online(config: ResolvedConfig) -> bool:

@@ -264,9 +264,4 @@ def _template_ids(chat: ChatFormat, messages: Sequence[Message]) -> list[int]:
     """The chat template over `messages` with the generation prompt, as `ChatFormat.prompt_ids`."""
     roles = {"human": "user", "gpt": "assistant"}
     rendered = [{"role": roles[m.role], "content": m.value} for m in messages]
-    ids = chat.tokenizer.apply_chat_template(
-        rendered, tokenize=True, add_generation_prompt=True, return_dict=False
-    )
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+    return chat.template_ids(rendered)

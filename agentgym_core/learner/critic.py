@@ -17,6 +17,7 @@ from torch import nn
 
 from agentgym_core.interfaces import CriticSpec
 from agentgym_core.learner.packing import MicroBatch
+from agentgym_core.learner.precision import MasterWeights
 from agentgym_core.learner.settings import LearnerSettings, adamw, lr_schedule
 
 
@@ -105,7 +106,9 @@ class CriticTrainer:
         self.spec = spec
         self.accelerator = accelerator
         critic = critic.to(accelerator.device)
-        optimizer = adamw(critic, spec.lr or settings.lr, settings)
+        self.masters = MasterWeights(critic.parameters())  # a separate body loaded in bf16
+        optimized = self.masters.optimized(critic.parameters())
+        optimizer = adamw(optimized, spec.lr or settings.lr, settings)
         self.module, self.optimizer = accelerator.prepare(critic, optimizer)
         self.scheduler = lr_schedule(self.optimizer, settings)
 
@@ -116,21 +119,29 @@ class CriticTrainer:
 
     def step(self, clip: Callable[[Any], float]) -> float:
         """Clip with `clip(parameters)`, step and clear; returns the norm before clipping."""
-        norm = clip(self.module.parameters())
+        self.masters.gradients_to_masters()
+        stepped = self.masters.optimized(self.module.parameters())
+        norm = clip(stepped if self.masters.pairs else self.module.parameters())
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.masters.masters_to_model()
         return norm
 
     def state(self) -> dict[str, Any]:
         """Weights, optimizer and schedule, for a checkpoint."""
-        return {
+        state = {
             "weights": self.bare.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
+        if self.masters.pairs:
+            state["masters"] = self.masters.state()
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Inverse of `state`."""
         self.bare.load_state_dict(state["weights"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.masters.pairs:
+            self.masters.load_state(state.get("masters", []))

@@ -68,6 +68,8 @@ def policy_forward(
 def _logits_only_at(model: Any, columns: torch.Tensor) -> dict[str, Any]:
     """`logits_to_keep` when the model's forward takes it (every transformers causal LM does)."""
     inner = getattr(model, "module", model)  # DDP and FSDP keep the model in `.module`
+    if hasattr(inner, "get_base_model"):  # PEFT passes keyword arguments to its base
+        inner = inner.get_base_model()
     return {"logits_to_keep": columns} if _takes_logits_to_keep(type(inner)) else {}
 
 

@@ -35,11 +35,13 @@ from accelerate.utils import DistributedType
 
 from agentgym_core import distributed
 from agentgym_core.interfaces import Algorithm, CriticSpec, LossInputs
+from agentgym_core.learner import lora
 from agentgym_core.learner.critic import Critic, CriticTrainer, ValueHead, hidden_size
 from agentgym_core.learner.forward import own_logprobs, policy_forward
 from agentgym_core.learner.offpolicy import Columns, Correction, active_dropout, correction_for
 from agentgym_core.learner.packing import MicroBatch
 from agentgym_core.learner.plan import micro_batch_plan, mini_batches
+from agentgym_core.learner.precision import MasterWeights
 from agentgym_core.learner.settings import LearnerSettings, adamw, lr_schedule
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
@@ -67,9 +69,23 @@ class Learner:
         self.algorithm = algorithm
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.sharded = self.accelerator.distributed_type == DistributedType.FSDP
+        if self.sharded and lora.is_adapter(model):
+            raise ValueError(
+                "model.lora under FSDP is not supported yet: an adapter is small enough to "
+                "train under DDP (accelerate's MULTI_GPU), or train without model.lora"
+            )
         self._replica = copy.deepcopy(model) if self.sharded else None
+        if not self.sharded:  # the masters are made beside the weights they train
+            model = model.to(self.accelerator.device)
+        self.masters = MasterWeights(model.parameters())
+        if self.masters.pairs and self.sharded:
+            raise ValueError(
+                "model.dtype below float32 under FSDP: load float32 weights (model.dtype: "
+                "float32) and let FSDP compute in bf16 (accelerate's mixed_precision: bf16)"
+            )
+        optimized = self.masters.optimized(model.parameters())
         self.model, self.optimizer = self.accelerator.prepare(
-            model, adamw(model, settings.lr, settings)
+            model, adamw(optimized, settings.lr, settings)
         )
         self.scheduler = lr_schedule(self.optimizer, settings)
         self.reference = reference
@@ -176,12 +192,11 @@ class Learner:
             sums["real"] += mb.real_tokens
         sums = defaultdict(float, distributed.sum_over_ranks(sums))
         slots, real = int(sums.pop("slots")), int(sums.pop("real", 0))
-        if critic_only:
-            self.optimizer.zero_grad(set_to_none=True)  # the step below is then a no-op
-        else:
-            sums["grad_norm"] = self.clip_gradients(self.model.parameters())
-        self.optimizer.step()  # also while warming up: keeps torch's optimizer/schedule order
-        self.optimizer.zero_grad(set_to_none=True)
+        # while the critic warms up the policy's step is a no-op; it still runs, to keep
+        # torch's optimizer/schedule order
+        grad_norm = self.apply_gradients(clip=not critic_only)
+        if grad_norm is not None:
+            sums["grad_norm"] = grad_norm
         if self.critic is not None:
             sums["critic_grad_norm"] = self.critic.step(self.clip_gradients)
         return dict(sums), normalizer, slots, real
@@ -206,10 +221,8 @@ class Learner:
                 entropy_grad=getattr(self.algorithm.needs, "entropy_grad", True),
             )
         device = logprobs.device
-        old, weights = correction.apply(logprobs, mb, real=real)
-        advantages = mb.advantages.to(device)
-        if weights is not None:  # sampled by stale weights: scale by the behaviour weight
-            advantages = advantages * weights
+        # which old log-probs, and advantages scaled by behaviour weights if the batch is stale
+        old, advantages = correction.apply(logprobs, mb, real=real)
         critic = self.critic
         return LossInputs(
             logprobs=logprobs,
@@ -299,6 +312,28 @@ class Learner:
                     stack.enter_context(self.accelerator.no_sync(module))
             yield
 
+    def apply_gradients(self, *, clip: bool = True) -> float | None:
+        """One optimizer step on the gradients the backward passes left; returns their norm.
+
+        Low-precision weights step through their float32 masters (`precision`).
+        `clip=False` drops the gradients instead (the step then changes nothing).
+        """
+        self.masters.gradients_to_masters()
+        norm = None
+        if clip:
+            stepped = self.masters.optimized(self.model.parameters())
+            norm = self.clip_gradients(stepped if self.masters.pairs else self.model.parameters())
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.masters.masters_to_model()
+        return norm
+
+    def master_bytes(self) -> int:
+        """Memory of the float32 master weights (0 for float32 models)."""
+        return self.masters.bytes()
+
     def clip_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> float:
         """Clip to `max_grad_norm` (after the ranks' reduction); returns the norm before."""
         parameters = [p for p in parameters if p.grad is not None]
@@ -331,6 +366,8 @@ class Learner:
     def state(self) -> dict[str, Any]:
         """What a checkpoint needs beyond the weights and optimizer to continue exactly."""
         state = {"shuffle": self._shuffle.getstate(), "scheduler": self.scheduler.state_dict()}
+        if self.masters.pairs:
+            state["masters"] = self.masters.state()
         if self.critic is not None:
             state["critic"] = self.critic.state()
         return state
@@ -339,6 +376,8 @@ class Learner:
         """Inverse of `state`."""
         self._shuffle.setstate(state["shuffle"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.masters.pairs or "masters" in state:
+            self.masters.load_state(state.get("masters", []))
         if self.critic is None:
             return
         if "critic" not in state:

@@ -1,4 +1,4 @@
-"""Off-policy corrections: which "old" log-probabilities and per-token weights the loss uses.
+"""Off-policy corrections: which "old" log-probabilities and weighted advantages the loss uses.
 
 The rollout's trajectories keep the sampler's log-probabilities as recorded.
 What the loss compares against is chosen here, one strategy per update, and
@@ -34,7 +34,11 @@ from typing import Protocol
 import torch
 
 from agentgym_core import distributed
-from agentgym_core.learner.decoupled import BehaviourWeights, ImportanceMode
+from agentgym_core.learner.decoupled import (
+    BehaviourWeights,
+    ImportanceMode,
+    importance_weights,
+)
 from agentgym_core.learner.packing import MicroBatch
 from agentgym_core.types import Trajectory
 
@@ -65,11 +69,12 @@ class Correction(Protocol):
 
     def apply(
         self, logprobs: torch.Tensor, batch: MicroBatch, *, real: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The old log-probabilities and advantage weights (None: 1) of one micro-batch.
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The old log-probabilities and the advantages the loss uses, for one micro-batch.
 
         `logprobs` is the loss pass's own (with gradient); `real` is False for a
-        stand-in micro-batch that only pairs collectives across ranks.
+        stand-in micro-batch that only pairs collectives across ranks. Stale
+        batches get their advantages scaled by the behaviour weights.
         """
         ...
 
@@ -91,14 +96,14 @@ class OnPolicy:
 
     def apply(
         self, logprobs: torch.Tensor, batch: MicroBatch, *, real: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The detached log-probabilities; the sampler's are only compared."""
         old = logprobs.detach()
         if real:
             mask = batch.mask.to(old.device)
             self.diff += float(((old - batch.sampler_logprobs.to(old.device)).abs() * mask).sum())
             self.tokens += int(mask.sum())
-        return old, None
+        return old, batch.advantages.to(old.device)
 
     def stats(self) -> dict[str, float]:
         """Mean |learner - sampler| over every rank's agent tokens (a collective)."""
@@ -120,9 +125,10 @@ class Recomputed:
 
     def apply(
         self, logprobs: torch.Tensor, batch: MicroBatch, *, real: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed values."""
-        return batch.columns["old_logprobs"].to(logprobs.device), None
+        device = logprobs.device
+        return batch.columns["old_logprobs"].to(device), batch.advantages.to(device)
 
     def stats(self) -> dict[str, float]:
         """Mean |learner - sampler| of the up-front pass."""
@@ -141,12 +147,13 @@ class DecoupledInPass:
 
     def apply(
         self, logprobs: torch.Tensor, batch: MicroBatch, *, real: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The detached values as proximal, and the behaviour weights against the sampler's."""
         old = logprobs.detach()
         device = old.device
         behaviour, mask = batch.sampler_logprobs.to(device), batch.mask.to(device)
-        return old, self.weights.weigh(old, behaviour, mask, tally=real)
+        weights = self.weights.weigh(old, behaviour, mask, tally=real)
+        return old, batch.advantages.to(device) * weights
 
     def stats(self) -> dict[str, float]:
         """The weights' statistics."""
@@ -155,32 +162,52 @@ class DecoupledInPass:
 
 @dataclass
 class DecoupledUpFront:
-    """Stale rollouts, several steps a batch (or dropout): proximal values and weights up front."""
+    """Stale rollouts, several steps a batch (or dropout): proximal values and weights up front.
 
-    weights: BehaviourWeights
+    Weights and weighted advantages are computed in float64, one trajectory at
+    a time, before they are packed.
+    """
+
+    cap: float
+    mode: ImportanceMode = "truncate"
+    _stats: dict[str, float] | None = None
 
     def prepare(self, trajectories: Sequence[Trajectory], proximal: Proximal) -> Columns:
-        """The proximal log-probabilities and each token's weight, one trajectory at a time."""
+        """The proximal log-probabilities, and the advantages scaled by each token's weight."""
         results = proximal(trajectories)
-        old, weights = [], []
+        old, advantages, raw_all = [], [], []
         for trajectory, (values, _, _) in zip(trajectories, results, strict=True):
-            prox = torch.tensor(values)
-            behaviour = torch.tensor(trajectory.logprobs)
-            mask = torch.tensor(trajectory.loss_mask)
+            weights, raw = importance_weights(
+                values, trajectory.logprobs, trajectory.loss_mask, self.cap, self.mode
+            )
             old.append(values)
-            weights.append(self.weights.weigh(prox, behaviour, mask, tally=True).tolist())
-        return {"old_logprobs": old, "weights": weights}
+            advantages.append(
+                [a * w for a, w in zip(trajectory.advantages or [], weights, strict=True)]
+            )
+            raw_all += raw
+        tokens = max(len(raw_all), 1)
+        over = "truncated" if self.mode == "truncate" else "masked"
+        truncate = self.mode == "truncate"
+        kept = (min(r, self.cap) if truncate else (r if r <= self.cap else 0.0) for r in raw_all)
+        self._stats = {
+            "sampler_logprob_diff": sum(r[1] for r in results) / max(sum(r[2] for r in results), 1),
+            "importance_weight_mean": sum(kept) / tokens,
+            "importance_weight_max": max(raw_all, default=1.0),
+            f"importance_{over}_fraction": sum(r > self.cap for r in raw_all) / tokens,
+        }
+        return {"old_logprobs": old, "weighted_advantages": advantages}
 
     def apply(
         self, logprobs: torch.Tensor, batch: MicroBatch, *, real: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed values."""
         device = logprobs.device
-        return batch.columns["old_logprobs"].to(device), batch.columns["weights"].to(device)
+        old, advantages = batch.columns["old_logprobs"], batch.columns["weighted_advantages"]
+        return old.to(device), advantages.to(device)
 
     def stats(self) -> dict[str, float]:
-        """The weights' statistics."""
-        return self.weights.stats()
+        """The weights' statistics, as `BehaviourWeights.stats` words them."""
+        return dict(self._stats or {})
 
 
 def active_dropout(model: torch.nn.Module) -> bool:
@@ -196,7 +223,6 @@ def correction_for(settings: OffPolicySettings, *, steps: int, dropout: bool) ->
     """A fresh correction for one update of `steps` optimizer steps."""
     if not settings.max_staleness:
         return OnPolicy() if steps == 1 else Recomputed()
-    weights = BehaviourWeights(settings.importance_cap, settings.importance_mode)
     if steps == 1 and not dropout:
-        return DecoupledInPass(weights)
-    return DecoupledUpFront(weights)
+        return DecoupledInPass(BehaviourWeights(settings.importance_cap, settings.importance_mode))
+    return DecoupledUpFront(settings.importance_cap, settings.importance_mode)

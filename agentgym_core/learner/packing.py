@@ -88,6 +88,9 @@ def pack(
     `MicroBatch.columns[name]`.
     """
     extra = dict(columns or {})
+    clash = set(extra) & {*_LONG, *_SHIFTED}
+    if clash:
+        raise ValueError(f"columns {sorted(clash)} would shadow the trajectories' own fields")
     lengths = [len(t.token_ids) for t in trajectories] or [1]
     if not share_rows:
         return _one_per_row(trajectories, lengths, micro_batch_tokens, extra)

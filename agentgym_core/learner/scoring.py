@@ -1,8 +1,8 @@
 """Scoring a batch before its advantages: the reference's log-probabilities, the critic's values.
 
 Runs once per update, after the rollout and before `Algorithm.advantages`,
-with the weights that sampled the batch (the learner's, before the update);
-packed like an update, in eval mode as the sampler ran. It writes
+with the learner's weights before the update (the sampler's, unless rollouts
+run ahead of the learner); packed like an update, in eval mode as the sampler ran. It writes
 `Trajectory.ref_logprobs` and `Trajectory.values`, each once: nothing later
 changes them.
 """
@@ -17,16 +17,12 @@ import torch
 from agentgym_core import distributed
 from agentgym_core.learner.critic import last_hidden_state
 from agentgym_core.learner.forward import token_logprobs
+from agentgym_core.learner.lora import backbone
 from agentgym_core.learner.packing import pack, unpack
 from agentgym_core.types import Trajectory
 
 if TYPE_CHECKING:
     from agentgym_core.learner.learner import Learner
-
-
-def needs_scoring(learner: Learner) -> bool:
-    """Whether the learner has a reference or a critic to score with."""
-    return learner.reference is not None or learner.critic is not None
 
 
 @torch.no_grad()
@@ -76,7 +72,7 @@ def _score(
             logprobs, _ = token_logprobs(learner.reference, mb, settings.temperature)
             ref.update(unpack(mb, logprobs, todo))
         if critic is not None:
-            hidden = last_hidden_state(learner.unwrapped.base_model, mb) if critic.shared else None
+            hidden = last_hidden_state(backbone(learner.unwrapped), mb) if critic.shared else None
             values.update(unpack(mb, critic(mb, hidden), todo))
     learner.model.train()
     return [(ref.get(i), values.get(i)) for i in range(len(todo))]

@@ -114,9 +114,7 @@ def sequence_update(
         for key, value in metrics.items():
             sums[key] += value * share
     sums = defaultdict(float, distributed.sum_over_ranks(sums))
-    sums["grad_norm"] = learner.clip_gradients(learner.model.parameters())
-    learner.optimizer.step()
-    learner.optimizer.zero_grad(set_to_none=True)
+    sums["grad_norm"] = learner.apply_gradients()
     sums["lr"] = learner.scheduler.get_last_lr()[0]
     learner.scheduler.step()
     learner.refresh_replica()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,10 +52,13 @@ def lr_factor(update: int, settings: LearnerSettings) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def adamw(module: Any, lr: float, settings: LearnerSettings) -> torch.optim.Optimizer:
-    """AdamW over `module`'s parameters with the settings' decay and betas."""
+def adamw(
+    parameters: Iterable[torch.nn.Parameter], lr: float, settings: LearnerSettings
+) -> torch.optim.Optimizer:
+    """AdamW over the trainable ones of `parameters`, with the settings' decay and betas."""
+    trainable = [p for p in parameters if p.requires_grad]
     return torch.optim.AdamW(
-        module.parameters(), lr=lr, weight_decay=settings.weight_decay, betas=settings.betas
+        trainable, lr=lr, weight_decay=settings.weight_decay, betas=settings.betas
     )
 
 

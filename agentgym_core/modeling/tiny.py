@@ -12,14 +12,13 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentgym_core.interfaces import Environment
-from agentgym_core.modeling.tokenizer import train_tokenizer
+from agentgym_core.modeling.tokenizer import CHAT_FORMATS, ChatTemplateName, train_tokenizer
 from agentgym_core.types import TaskId
 
 
@@ -44,8 +43,11 @@ class TinyModelConfig(BaseModel):
         description="Upper bound on the trained tokenizer's vocabulary; the model uses the "
         "tokenizer's actual length, which a small corpus may make smaller.",
     )
-    chat_template: Literal["chatml", "llama3"] = Field(
-        "chatml", description="Chat style of the tokenizer: Qwen's chatml or Llama 3 headers."
+    chat_template: ChatTemplateName = Field(
+        "chatml",
+        description="Chat template and special tokens of the tokenizer: agentgym's chatml or "
+        "llama3, or a model family's own (qwen2_5, qwen3, llama3_1, llama3_2, mistral, gemma2, "
+        "gemma3, phi4, deepseek_r1_distill; docs/models.md).",
     )
     seed: int = Field(0, description="Seed of the weight initialization; same seed, same weights.")
     tie_word_embeddings: bool = Field(
@@ -76,6 +78,8 @@ def init_model(
         texts, vocab_size=config.vocab_size, chat_template=config.chat_template
     )
     tokenizer.model_max_length = config.max_position_embeddings
+    stops = CHAT_FORMATS[config.chat_template].stop_tokens
+    eos = tokenizer.convert_tokens_to_ids(list(stops)) if stops else tokenizer.eos_token_id
 
     model_config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -87,7 +91,7 @@ def init_model(
         max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=config.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,
         dtype="float32",
     )
@@ -96,7 +100,7 @@ def init_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = Qwen2ForCausalLM(model_config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.eos_token_id = eos  # the family's stop tokens, as its checkpoints
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
 

@@ -6,17 +6,33 @@ the caller supplies (usually `env_corpus`), so frequent environment words
 capacity on the task, not on spelling. Byte-level BPE means every string
 round-trips with no unknown token (NFC-normalized, as Qwen2's tokenizer does).
 The chat template is a plain Jinja string, so the saved folder works with
-`AutoTokenizer` and `apply_chat_template` alone.
+`AutoTokenizer` and `apply_chat_template` alone. Besides agentgym's own two
+styles (`chatml`, `llama3`), `CHAT_FORMATS` holds the chat formats of the model
+families people train (agentgym's templates of them, `chat_templates.py`), each
+with that family's special tokens, so a test or a from-scratch model can use a
+family's format offline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from transformers import PreTrainedTokenizerFast
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+from agentgym_core.modeling.chat_templates import read_template
 
 
 @dataclass(frozen=True)
@@ -26,9 +42,15 @@ class ChatFormat:
     template: str
     special_tokens: tuple[str, ...]
     eos_token: str
-    """End of an assistant turn: generation stops here."""
+    """The tokenizer's eos; most families also end an assistant turn with it (Gemma: `<eos>`,
+    while turns end with `<end_of_turn>`, one of its `stop_tokens`)."""
     pad_token: str
     bos_token: str | None = None
+    added_tokens: tuple[str, ...] = ()
+    """Tokens the template writes that the model reads as text (`<think>`): single tokens,
+    kept by `decode(skip_special_tokens=True)`, as in the family's own tokenizer."""
+    stop_tokens: tuple[str, ...] = ()
+    """The family's `generation_config.eos_token_id`, in its order; empty: `eos_token` alone."""
 
 
 # Qwen2.5 style, without Qwen's default system prompt.
@@ -52,6 +74,117 @@ LLAMA3_TEMPLATE = (
     "{% endif %}"
 )
 
+_QWEN_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+_LLAMA31_TOKENS = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+    "<|finetune_right_pad_id|>",
+)
+_GEMMA_TOKENS = ("<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>")
+
+
+def _llama31(name: str) -> ChatFormat:
+    return ChatFormat(
+        template=read_template(name),
+        special_tokens=_LLAMA31_TOKENS,
+        eos_token="<|eot_id|>",
+        pad_token="<|finetune_right_pad_id|>",
+        bos_token="<|begin_of_text|>",
+        stop_tokens=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
+    )
+
+
+def _gemma(name: str) -> ChatFormat:
+    return ChatFormat(
+        template=read_template(name),
+        special_tokens=_GEMMA_TOKENS,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        bos_token="<bos>",
+        stop_tokens=("<eos>", "<end_of_turn>"),
+    )
+
+
+# The special tokens, eos, pad and bos of each family's checkpoints (their
+# tokenizer_config.json and generation_config.json), trimmed to the tokens the
+# template writes for plain text turns. Where a checkpoint pads with its eos
+# (DeepSeek-R1-Distill) or has no pad (Mistral), a separate pad token stands in.
+_FAMILY_FORMATS: dict[str, ChatFormat] = {
+    "qwen2_5": ChatFormat(
+        template=read_template("qwen2_5"),
+        special_tokens=_QWEN_TOKENS,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        stop_tokens=("<|im_end|>", "<|endoftext|>"),
+    ),
+    "qwen3": ChatFormat(
+        template=read_template("qwen3"),
+        special_tokens=_QWEN_TOKENS,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        added_tokens=("<think>", "</think>"),
+        stop_tokens=("<|im_end|>", "<|endoftext|>"),
+    ),
+    "llama3_1": _llama31("llama3_1"),
+    "llama3_2": _llama31("llama3_2"),
+    "mistral": ChatFormat(
+        template=read_template("mistral"),
+        special_tokens=("<unk>", "<s>", "</s>", "[INST]", "[/INST]"),
+        eos_token="</s>",
+        pad_token="<unk>",
+        bos_token="<s>",
+    ),
+    "gemma2": _gemma("gemma2"),
+    "gemma3": _gemma("gemma3"),
+    "phi4": ChatFormat(
+        template=read_template("phi4"),
+        special_tokens=(
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_sep|>",
+            "<|im_end|>",
+            "<|dummy_87|>",
+        ),
+        eos_token="<|im_end|>",
+        pad_token="<|dummy_87|>",
+        bos_token="<|endoftext|>",
+    ),
+    "deepseek_r1_distill": ChatFormat(
+        template=read_template("deepseek_r1_distill"),
+        special_tokens=(
+            "<｜begin▁of▁sentence｜>",
+            "<｜end▁of▁sentence｜>",
+            "<｜User｜>",
+            "<｜Assistant｜>",
+            "<｜▁pad▁｜>",
+        ),
+        eos_token="<｜end▁of▁sentence｜>",
+        pad_token="<｜▁pad▁｜>",
+        bos_token="<｜begin▁of▁sentence｜>",
+        added_tokens=("<think>", "</think>"),
+    ),
+}
+
+ChatTemplateName = Literal[
+    "chatml",
+    "llama3",
+    "qwen2_5",
+    "qwen3",
+    "llama3_1",
+    "llama3_2",
+    "mistral",
+    "gemma2",
+    "gemma3",
+    "phi4",
+    "deepseek_r1_distill",
+]
+"""The keys of `CHAT_FORMATS` (a test keeps the two in step)."""
+
 CHAT_FORMATS: dict[str, ChatFormat] = {
     "chatml": ChatFormat(
         template=CHATML_TEMPLATE,
@@ -73,8 +206,9 @@ CHAT_FORMATS: dict[str, ChatFormat] = {
         pad_token="<|finetune_right_pad_id|>",
         bos_token="<|begin_of_text|>",
     ),
+    **_FAMILY_FORMATS,
 }
-"""Chat styles by name: `chatml` (Qwen) and `llama3`."""
+"""Chat styles by name: agentgym's `chatml` (Qwen) and `llama3`, then the families' own."""
 
 
 ROLES = "system\nuser\nassistant"
@@ -93,7 +227,7 @@ def train_tokenizer(
     texts: Iterable[str],
     *,
     vocab_size: int = 1024,
-    chat_template: str = "chatml",
+    chat_template: ChatTemplateName = "chatml",
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on `texts` with the special tokens of a chat style.
 
@@ -101,7 +235,8 @@ def train_tokenizer(
         texts: training text; frequent words end up as single tokens.
         vocab_size: upper bound on the vocabulary, special tokens and the 256
             byte symbols included (a small corpus may yield fewer merges).
-        chat_template: `"chatml"` or `"llama3"`.
+        chat_template: a key of `CHAT_FORMATS`: agentgym's `"chatml"` or
+            `"llama3"`, or a family's own template (`"qwen3"`, `"gemma3"`, ...).
 
     Returns:
         A transformers fast tokenizer with `chat_template`, `eos_token` (end of
@@ -138,6 +273,8 @@ def train_tokenizer(
         show_progress=False,
     )
     core.train_from_iterator(_with_roles(texts), trainer=trainer)
+    if fmt.added_tokens:
+        core.add_tokens([AddedToken(t, special=False, normalized=False) for t in fmt.added_tokens])
 
     return PreTrainedTokenizerFast(
         tokenizer_object=core,

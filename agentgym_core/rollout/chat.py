@@ -3,23 +3,60 @@
 The chat template is applied once, to the opening messages. Each later
 observation is appended as the template's own delta for a new user turn, so
 the sampled assistant tokens are never decoded and re-tokenized.
+
+That is only the template's own conversation if the template is prefix-stable:
+rendering one more turn must extend, not rewrite, what it rendered before, and
+an assistant turn must render as the generation prompt followed by what the
+model sampled. `ChatFormat` probes the template for both when it is built
+(renderings of placeholder messages, no model name involved). A template that
+fails and behaves as one of the two families agentgym ships a prefix-stable
+variant for (Qwen3, which drops the reasoning of turns before the last user
+turn; DeepSeek-R1-Distill, whose generation prompt opens a reasoning block that
+it cuts from every rendered turn; `chat_templates.rewrite_style`) is swapped for
+that variant with a printed notice, provided the variant renders the opening
+prompt and the turn boundaries as the template does; any other fails with a
+`ChatTemplateError` that names the remedy (docs/models.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 PRIMING_REPLY = "Ok."
 """AgentGym opens each conversation with the instruction and this assistant reply."""
 
+REASONING_END = "</think>"
+"""Reasoning models (Qwen3, DeepSeek-R1) close their reasoning with this; the action follows it."""
+
 _USER_PROBE = "\x00USER\x00"
 _ASSISTANT_PROBE = "\x00ASSISTANT\x00"
+_REASONING_PROBE = "\x00REASONING\x00"
 _OBS_PROBE = "\x00OBSERVATION\x00"
+_KWARGS_ATTRIBUTE = "_agentgym_chat_template_kwargs"
+_NOTICED: set[str] = set()
+
+REMEDY = (
+    "give the tokenizer a chat template whose rendering of a longer conversation extends "
+    "its rendering of a shorter one (edit chat_template in a copy of the tokenizer folder and "
+    "point model.tokenizer_path at it); docs/models.md, 'Templates that rewrite history'"
+)
 
 
 class ChatTemplateError(ValueError):
     """The tokenizer's chat template cannot be used incrementally."""
+
+
+def set_chat_template_kwargs(tokenizer: Any, kwargs: Mapping[str, Any] | None) -> None:
+    """Variables every `ChatFormat` of `tokenizer` passes to its chat template.
+
+    For instance `{"enable_thinking": False}` for Qwen3's non-thinking mode
+    (`model.chat_template_kwargs`). Kept on the tokenizer so that the policy's
+    and the engine's `ChatFormat` render alike.
+    """
+    setattr(tokenizer, _KWARGS_ATTRIBUTE, dict(kwargs or {}))
 
 
 def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
@@ -36,6 +73,14 @@ def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
     return ids
 
 
+def _user(content: str) -> dict[str, str]:
+    return {"role": "user", "content": content}
+
+
+def _assistant(content: str) -> dict[str, str]:
+    return {"role": "assistant", "content": content}
+
+
 class ChatFormat:
     """Builds prompt ids and per-observation deltas from a tokenizer's chat template."""
 
@@ -46,63 +91,151 @@ class ChatFormat:
                 "set one or use a model that ships it"
             )
         self.tokenizer = tokenizer
-        self.stop_ids = end_of_turn_ids(tokenizer, generation_config)
-        self._prefix, self._suffix = self._observation_frame()
+        self.template_kwargs: dict[str, Any] = dict(getattr(tokenizer, _KWARGS_ATTRIBUTE, {}))
+        """Variables passed to the template (`set_chat_template_kwargs`)."""
+        self.template: str | None = None
+        """The template rendered with: None, the tokenizer's own; else its prefix-stable variant."""
+        problem = self._history_problem()
+        if problem is not None:
+            self._use_training_variant(problem)
+        self._history = [_user(_USER_PROBE), _assistant(_ASSISTANT_PROBE)]
+        self._history_text = self._render(self._history, add_generation_prompt=False)
+        opening = self._render(self._history[:1], add_generation_prompt=True)
+        content_at = self._history_text.index(_ASSISTANT_PROBE, len(opening))
+        self.answer_prefix = self._history_text[len(opening) : content_at]
+        """What the template writes between the generation prompt and the assistant's text
+        (Mistral: a space; Qwen3 thinking: an empty reasoning block); usually nothing."""
+        turn_end = self._history_text[content_at + len(_ASSISTANT_PROBE) :]
+        stop_ids = end_of_turn_ids(tokenizer, generation_config)
+        end_id, end_text = self._end_of_turn(turn_end, stop_ids)
+        self.stop_ids = [end_id, *(i for i in stop_ids if i != end_id)]
+        """Ids that end a sampled turn; the first is the one the template ends turns with."""
+        self._after_stop = turn_end[len(end_text) :]
 
-    def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    def _render(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool, tokenize: bool = False
+    ) -> Any:
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages,
+            chat_template=self.template,
+            tokenize=tokenize,
+            add_generation_prompt=add_generation_prompt,
+            **({"return_dict": False} if tokenize else {}),
+            **self.template_kwargs,
         )
 
-    def _observation_frame(self) -> tuple[str, str]:
-        """Text around an observation between an ended assistant turn and the next one."""
-        history = [
-            {"role": "user", "content": _USER_PROBE},
-            {"role": "assistant", "content": _ASSISTANT_PROBE},
-        ]
-        before = self._render(history, add_generation_prompt=False)
-        after = self._render(
-            [*history, {"role": "user", "content": _OBS_PROBE}], add_generation_prompt=True
-        )
-        if not after.startswith(before):
-            raise ChatTemplateError(
-                "the chat template rewrites earlier turns when a user turn is added; "
-                "token-in-token-out rollouts need a template whose prefixes are stable"
+    def _history_problem(self) -> str | None:
+        """How the template rewrites history, found by rendering placeholder turns; None if not."""
+        opening = self._render([_user(_USER_PROBE)], add_generation_prompt=True)
+        plain = [_user(_USER_PROBE), _assistant(_ASSISTANT_PROBE)]
+        reasoning = f"<think>\n{_REASONING_PROBE}\n{REASONING_END}\n\n{_ASSISTANT_PROBE}"
+        reasoned = [_user(_USER_PROBE), _assistant(reasoning)]
+        plain_text = self._render(plain, add_generation_prompt=False)
+        reasoned_text = self._render(reasoned, add_generation_prompt=False)
+        for history, before in ((plain, plain_text), (reasoned, reasoned_text)):
+            after = self._render([*history, _user(_OBS_PROBE)], add_generation_prompt=True)
+            if not after.startswith(before):
+                return "re-renders earlier turns when a user turn is added"
+        if not plain_text.startswith(opening):
+            dropped = opening[len(os.path.commonprefix([opening, plain_text])) :]
+            return (
+                "renders an assistant turn without the generation prompt it was sampled after "
+                f"({dropped!r} is dropped)"
             )
-        tail = before[before.index(_ASSISTANT_PROBE) + len(_ASSISTANT_PROBE) :]
-        for stop_id in self.stop_ids:
-            stop_text = self.tokenizer.decode([stop_id])
-            if stop_text and tail.startswith(stop_text):
-                tail = tail[len(stop_text) :]
-                break
-        delta = tail + after[len(before) :]
-        prefix, _, suffix = delta.partition(_OBS_PROBE)
-        return prefix, suffix
+        if _REASONING_PROBE not in reasoned_text:
+            return f"drops an assistant turn's reasoning (the text before {REASONING_END})"
+        return None
 
-    def prompt_ids(self, instruction: str, observation: str) -> list[int]:
-        """Opening prompt: instruction, the priming reply, then the first observation."""
-        messages = [
-            {"role": "user", "content": instruction},
-            {"role": "assistant", "content": PRIMING_REPLY},
-            {"role": "user", "content": observation},
-        ]
-        ids = self.tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=True, return_dict=False
+    def _landmarks(self) -> dict[str, str]:
+        """What a prefix-stable variant must render exactly as the template it stands in for."""
+        history = [_user(_USER_PROBE), _assistant(_ASSISTANT_PROBE), _user(_OBS_PROBE)]
+        opening = self._render(history[:1], add_generation_prompt=True)
+        boundary = self._render(history, add_generation_prompt=True).rpartition(_ASSISTANT_PROBE)
+        return {
+            "the opening prompt": opening,
+            "the end of an assistant turn and the next user turn": boundary[2],
+        }
+
+    def _use_training_variant(self, problem: str) -> None:
+        """Render with agentgym's prefix-stable variant of the template, or fail naming the fix."""
+        from agentgym_core.modeling.chat_templates import (
+            TRAINING_VARIANTS,
+            read_template,
+            rewrite_style,
         )
+
+        style = rewrite_style(lambda messages, prompt: self._render(messages, prompt))
+        if style is None:
+            raise ChatTemplateError(f"the chat template {problem}; {REMEDY}")
+        own = self._landmarks()
+        name = TRAINING_VARIANTS[style]
+        self.template = read_template(name)
+        still = self._history_problem()
+        if still is not None:
+            raise ChatTemplateError(f"agentgym's template {name} {still}")
+        differing = [what for what, text in self._landmarks().items() if own[what] != text]
+        if differing:
+            raise ChatTemplateError(
+                f"the chat template {problem}, as the {style} template does, but agentgym's "
+                f"variant {name} renders {' and '.join(differing)} differently, so it cannot "
+                f"stand in for it; {REMEDY}"
+            )
+        if name not in _NOTICED:
+            _NOTICED.add(name)
+            print(
+                f"agentgym: note: the tokenizer's chat template {problem}; rollouts render with "
+                f"agentgym's prefix-stable variant {name}, which keeps every turn as sampled "
+                "(docs/models.md)",
+                file=sys.stderr,
+            )
+
+    def _end_of_turn(self, turn_end: str, stop_ids: list[int]) -> tuple[int, str]:
+        """The stop token the template ends an assistant turn with, and its text."""
+        ends = [(i, self.tokenizer.decode([i])) for i in stop_ids]
+        matches = [(i, text) for i, text in ends if text and turn_end.startswith(text)]
+        if not matches:
+            raise ChatTemplateError(
+                f"the chat template ends an assistant turn with {turn_end!r}, which starts with "
+                f"none of the stop tokens {[text for _, text in ends]}; set the tokenizer's "
+                "eos_token (or generation_config.eos_token_id) to the end-of-turn token"
+            )
+        return max(matches, key=lambda match: len(match[1]))
+
+    def template_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The chat template over `messages` with the generation prompt, as rollouts render it."""
+        ids = self._render(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return [int(i) for i in ids]
 
+    def prompt_ids(self, instruction: str, observation: str) -> list[int]:
+        """Opening prompt: instruction, the priming reply, then the first observation."""
+        return self.template_ids(
+            [_user(instruction), _assistant(PRIMING_REPLY), _user(observation)]
+        )
+
     def observation_ids(self, observation: str) -> list[int]:
-        """Tokens to append after a sampled turn (ending in a stop token) for a new observation."""
-        text = self._prefix + observation + self._suffix
+        """Tokens to append after a sampled turn (ending in a stop token) for a new observation.
+
+        The observation is rendered by the template as one more user turn (so a
+        template that trims or wraps user text does so here too); the tokens are
+        the rendering's text after the previous turn's stop token.
+        """
+        after = self._render([*self._history, _user(observation)], add_generation_prompt=True)
+        if not after.startswith(self._history_text):
+            raise ChatTemplateError(
+                f"the chat template re-renders earlier turns for the observation {observation!r}"
+            )
+        text = self._after_stop + after[len(self._history_text) :]
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def action_ids(self, action: str) -> list[int]:
         """Tokens of an action as the model should sample it, ending with the stop token."""
-        return [*self.tokenizer.encode(action, add_special_tokens=False), self.stop_ids[0]]
+        text = self.answer_prefix + action
+        return [*self.tokenizer.encode(text, add_special_tokens=False), self.stop_ids[0]]
 
     def decode_action(self, token_ids: Sequence[int]) -> str:
-        """Action text of sampled tokens, without the stop token."""
+        """Action text of sampled tokens: without the stop token, and after any reasoning."""
         ids = [t for t in token_ids if t not in self.stop_ids]
-        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return text.rpartition(REASONING_END)[2].strip()

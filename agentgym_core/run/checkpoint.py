@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,11 @@ def save_checkpoint(
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
+    with warnings.catch_warnings():
+        # PEFT looks for the base's config.json to see if its vocabulary changed; a LoRA
+        # stage's base may itself be an adapter checkpoint, which has none (nor a new vocab)
+        warnings.filterwarnings("ignore", message="Could not find a config file")
+        model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     state = {
         "step": step,
@@ -92,7 +97,8 @@ def save_learner_checkpoint(
 ) -> Path:
     """Checkpoint a learner after `step` updates, keeping the newest `keep`; returns the folder.
 
-    `extra` joins the state's `extra` (e.g. rollouts in flight, `run.ahead`).
+    `extra` joins the state's `extra` (e.g. rollouts in flight, from
+    `sources.AheadRollouts.checkpoint_state`).
 
     Call it on every rank: with several, it first checks that all ranks hold the
     same weights (their fingerprints go into the state as `extra["ranks"]`).

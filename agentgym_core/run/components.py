@@ -13,7 +13,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentgym_core import distributed
 from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, Policy
+from agentgym_core.learner import lora
 from agentgym_core.learner.critic import Critic, build_critic
+from agentgym_core.rollout.chat import set_chat_template_kwargs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -48,26 +50,63 @@ def load_model(
     except (ValueError, ImportError) as error:
         if not attention or "attention" not in str(error).lower():
             raise
-        problem = Problem("model.attn_implementation", f"{attn_implementation!r}: {error}")
-        raise ConfigError([problem]) from error
+        message = attention_problem(attn_implementation, error)
+        raise ConfigError([Problem("model.attn_implementation", message)]) from error
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    if torch.cuda.is_available():
-        model = model.to("cuda")
+    # the rank's own device (cuda:<local rank> under accelerate launch), before FSDP's
+    # broadcast below: NCCL broadcasts GPU tensors
+    model = model.to(distributed.device())
     distributed.share_main_weights(model)  # FSDP's rank-0 loading left zeros elsewhere
     return model, tokenizer
 
 
+ATTENTION = ("sdpa", "flash_attention_2", "eager")
+"""`model.attn_implementation` values agentgym is tested with (sdpa: transformers' default)."""
+
+
+def attention_problem(requested: str | None, error: Exception) -> str:
+    """What is wrong with `model.attn_implementation`, from transformers' refusal of it."""
+    text = str(error)
+    if "flash" in str(requested).lower() and "installed" in text:
+        return (
+            f"{requested!r} needs the flash-attn package, which is not installed: "
+            "`pip install flash-attn` (CUDA GPUs only), or use 'sdpa' (the default) "
+            f"or 'eager'. transformers said: {text}"
+        )
+    if "flash" in str(requested).lower() and "CPU" in text:
+        return (
+            f"{requested!r} runs on CUDA GPUs only and this machine has none: use 'sdpa' "
+            f"(the default) or 'eager'. transformers said: {text}"
+        )
+    return f"{requested!r}: {text} (agentgym is tested with {', '.join(ATTENTION)})"
+
+
 def load_configured_model(model_block: Any, path: str | Path | None = None) -> tuple[Any, Any]:
-    """`load_model` with the options of the `model` config block (weights from `path` if given)."""
-    return load_model(
-        path or model_block.path,
+    """`load_model` with the options of the `model` config block (weights from `path` if given).
+
+    A LoRA checkpoint (an adapter and the base it names) loads as its base with
+    the adapter merged in, recursively for a chain of LoRA stages; the tokenizer
+    is the checkpoint's own.
+    """
+    folder = path or model_block.path
+    if lora.is_adapter_checkpoint(folder):
+        base, _ = load_configured_model(model_block, lora.adapter_base(folder))
+        tokenizer = AutoTokenizer.from_pretrained(
+            folder, trust_remote_code=model_block.trust_remote_code
+        )
+        set_chat_template_kwargs(tokenizer, model_block.chat_template_kwargs)
+        return lora.merged(lora.with_adapter_from(base, folder)), tokenizer
+    model, tokenizer = load_model(
+        folder,
         model_block.dtype,
         tokenizer_path=None if path else model_block.tokenizer_path,
         trust_remote_code=model_block.trust_remote_code,
         gradient_checkpointing=model_block.gradient_checkpointing,
         attn_implementation=model_block.attn_implementation,
     )
+    set_chat_template_kwargs(tokenizer, model_block.chat_template_kwargs)
+    return model, tokenizer
 
 
 def load_critic(

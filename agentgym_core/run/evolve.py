@@ -31,8 +31,8 @@ from agentgym_core.config.resolve import ResolvedConfig, validate_dict
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.evaluate import EvalSettings, evaluate_model
-from agentgym_core.run.kinds import StageContext, StageOutcome
-from agentgym_core.run.offline import OfflineStage, is_offline, save_rollouts
+from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics
+from agentgym_core.run.offline import OfflineStage, is_offline, save_rollouts, source_problems
 from agentgym_core.run.rollout_step import rollout_settings
 from agentgym_core.types import Termination, Trajectory
 
@@ -90,7 +90,9 @@ class EvolveStage:
         self.output_dir = Path(self.root.run.output_dir)
 
     @staticmethod
-    def check(config: ResolvedConfig, prefix: Sequence[Any] = ()) -> list[Problem]:
+    def check(
+        config: ResolvedConfig, prefix: Sequence[Any] = (), earlier: Sequence[Any] = ()
+    ) -> list[Problem]:
         """An evolve stage fine-tunes with an offline algorithm that reads saved trajectories."""
         path = dotted((*prefix, "algorithm", "name"))
         if "algorithm" not in config.components:
@@ -105,7 +107,7 @@ class EvolveStage:
                     f"trajectories (option `trajectories`, as sft); {registration.name!r} does not",
                 )
             ]
-        return []
+        return source_problems(config, prefix, earlier)
 
     def run(self, *, show_progress: bool = True, quiet: bool = False) -> StageOutcome:
         """Every round in order; returns the last fine-tune's checkpoint and all metrics."""
@@ -132,7 +134,7 @@ class EvolveStage:
             result = OfflineStage(round_context).run(show_progress=show_progress, quiet=quiet)
             model = result.checkpoint
             history += [{**m, "evolve/round": float(round_index)} for m in result.history]
-        return StageOutcome(model, history, 0, dict(history[-1]) if history else {})
+        return StageOutcome(model, history, 0, last_metrics(history))
 
     def round_config(self, folder: Path, kept_files: Sequence[Path]) -> ResolvedConfig:
         """The stage's config with the round's output folder and the kept episodes added."""

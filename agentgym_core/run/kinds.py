@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from agentgym_core import hookimpl
-from agentgym_core.config.errors import Problem
+from agentgym_core.config.errors import ConfigError, Problem
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,17 @@ class StageOutcome:
     """The stage's summary: an evaluation's metrics, else the last update's."""
 
 
+def last_metrics(history: list[dict[str, float]]) -> dict[str, float]:
+    """A training stage's summary: its last update's metrics (none: empty)."""
+    return dict(history[-1]) if history else {}
+
+
+def raise_problems(problems: list[Problem], config: Any) -> None:
+    """Raise the problems of a stage's config as one `ConfigError` naming its file."""
+    if problems:
+        raise ConfigError(problems, str(config.source) if config.source else None)
+
+
 class NoOptions(BaseModel):
     """The built-in kinds take no `options`: their settings are the config's own blocks."""
 
@@ -77,10 +88,10 @@ class _Lazy:
     def __call__(self, context: StageContext, options: BaseModel | None) -> Any:
         return self._target()(context, options)
 
-    def check(self, config: Any, prefix: Sequence[Any]) -> list[Problem]:
+    def check(self, config: Any, prefix: Sequence[Any], earlier: Sequence[Any]) -> list[Problem]:
         """The target's own `check`, if it has one."""
         check = getattr(self._target(), "check", None)
-        return check(config, tuple(prefix)) if check is not None else []
+        return check(config, tuple(prefix), earlier) if check is not None else []
 
 
 BUILTIN_KINDS = {
@@ -119,8 +130,8 @@ def run_stage(
     """
     from agentgym_core.config.stages import stage_kind
 
-    name = kind or stage_kind("train", resolved)
-    registration = resolved.registry.get("stage", name)
+    kind = kind or stage_kind("train", resolved)
+    registration = resolved.registry.get("stage", kind)
     context = StageContext(
         config=resolved,
         host=host,

@@ -41,7 +41,7 @@ from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.run.components import build_components
 from agentgym_core.run.eval_stage import eval_settings
 from agentgym_core.run.evaluate import evaluate_model
-from agentgym_core.run.kinds import StageContext, StageOutcome
+from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics, raise_problems
 from agentgym_core.run.rollout_step import rollout_settings
 from agentgym_core.run.runtime import Checkpoints, open_learner, stage_progress
 from agentgym_core.types import Trajectory
@@ -124,32 +124,27 @@ def stage_prefix(resolved: Any, index: int) -> tuple[Any, ...]:
     return ("stages", index) if resolved.root.stages else ()
 
 
-def check_stage_sources(resolved: Any, stages: Sequence[Any]) -> None:
-    """Before anything runs: every stage an offline algorithm reads from exists and saves rollouts.
+def source_problems(config: Any, prefix: Sequence[Any], earlier: Sequence[Any]) -> list[Problem]:
+    """Every stage the config's offline algorithm reads from ran before and saves rollouts.
 
-    Raises:
-        ConfigError: naming the option (`stages.2.algorithm.pairs_from`) and the fix.
+    Problems name the option (`stages.2.algorithm.pairs_from`) and the fix.
     """
+    algorithm = stage_algorithm(config)
+    if not is_offline(algorithm):
+        return []
+    before = {stage.name: stage for stage in earlier}
     problems = []
-    for index, stage in enumerate(stages):
-        algorithm = stage_algorithm(stage.config) if stage.type != "eval" else None
-        if not is_offline(algorithm):
-            continue
-        before = {s.name: (i, s) for i, s in enumerate(stages[:index])}
-        for key, name in algorithm.source_stages().items():
-            path = dotted((*stage_prefix(resolved, index), "algorithm", key))
-            if name not in before:
-                known = ", ".join(before) or "none"
-                problems.append(
-                    Problem(path, f"no earlier stage named {name!r} (earlier: {known})")
-                )
-            elif not before[name][1].config.root.tracking.save_rollouts:
-                fix = dotted((*stage_prefix(resolved, before[name][0]), "tracking.save_rollouts"))
-                problems.append(
-                    Problem(path, f"stage {name!r} does not save its rollouts; set {fix}: true")
-                )
-    if problems:
-        raise ConfigError(problems, str(resolved.source) if resolved.source else None)
+    for key, name in algorithm.source_stages().items():
+        path = dotted((*prefix, "algorithm", key))
+        if name not in before:
+            known = ", ".join(before) or "none"
+            problems.append(Problem(path, f"no earlier stage named {name!r} (earlier: {known})"))
+        elif not before[name].config.root.tracking.save_rollouts:
+            fix = dotted(("stages", before[name].index, "tracking.save_rollouts"))
+            problems.append(
+                Problem(path, f"stage {name!r} does not save its rollouts; set {fix}: true")
+            )
+    return problems
 
 
 # -- the dataset services --------------------------------------------------------------
@@ -280,25 +275,18 @@ class OfflineStage:
         self.context = context
         self.resolved = context.config
         self.root = context.config.root
-        problems = self.check(context.config, context.prefix)
-        if problems:
-            source = context.config.source
-            raise ConfigError(problems, str(source) if source else None)
+        # its sources were checked with the pipeline's other stages; a missing one names itself
+        # when the data loads (`StageData`)
+        raise_problems(_needs_offline(context.config, context.prefix), context.config)
         self.components = build_components(self.resolved)
         self.algorithm: OfflineAlgorithm = self.components.algorithm
 
     @staticmethod
-    def check(config: Any, prefix: Sequence[Any] = ()) -> list[Problem]:
-        """An offline stage needs an offline algorithm (SFT, DPO)."""
-        if is_offline(stage_algorithm(config)):
-            return []
-        name = config.root.algorithm.name if config.root.algorithm else None
-        return [
-            Problem(
-                dotted((*prefix, "algorithm", "name")),
-                f"an offline stage trains an offline algorithm (sft, dpo); got {name!r}",
-            )
-        ]
+    def check(
+        config: Any, prefix: Sequence[Any] = (), earlier: Sequence[Any] = ()
+    ) -> list[Problem]:
+        """An offline algorithm (SFT, DPO), whose source stages ran before and save rollouts."""
+        return _needs_offline(config, prefix) or source_problems(config, prefix, earlier)
 
     def run(self, *, show_progress: bool = True, quiet: bool = False) -> StageOutcome:
         """Train to `trainer.steps` on the algorithm's examples, resuming when allowed."""
@@ -307,7 +295,7 @@ class OfflineStage:
         opened = open_learner(root, self.algorithm, context.start_model, output_dir)
         learner, history, first_step = opened.learner, opened.history, opened.first_step
         if first_step >= trainer.steps:  # finished earlier: a re-run pipeline moves on
-            return StageOutcome(opened.weights, history, first_step, _last(history))
+            return StageOutcome(opened.weights, history, first_step, last_metrics(history))
         model = learner.unwrapped
         examples, dropped, expert_steps = self._examples(
             ChatFormat(opened.tokenizer, model.generation_config)
@@ -331,7 +319,7 @@ class OfflineStage:
                     self._evaluate(step + 1, learner.unwrapped, opened.tokenizer, history)
         finally:
             progress.close()
-        return StageOutcome(checkpoints.latest, history, first_step, _last(history))
+        return StageOutcome(checkpoints.latest, history, first_step, last_metrics(history))
 
     def _examples(self, chat: ChatFormat) -> tuple[list[Example], int, int]:
         """The algorithm's examples that fit the context budget and train on something.
@@ -366,7 +354,7 @@ class OfflineStage:
             self.algorithm,
             [examples[i] for i in indices],
             micro_batch_tokens=self.root.trainer.micro_batch_tokens,
-            share_rows=offline_share_rows(self.root.trainer.packing),
+            share_rows=learner.settings.share_rows,
         )
         out = {f"train/{k}": v for k, v in metrics.items()}
         out["train/epoch"] = (step + 1) * size / len(examples)
@@ -389,14 +377,14 @@ class OfflineStage:
         return metrics
 
 
-def offline_share_rows(packing: str) -> bool:
-    """`trainer.packing` of an offline stage: `auto` keeps the shared rows offline stages use.
-
-    An offline micro-batch is a group of whole examples in one forward pass;
-    `padded` gives each sequence its own row instead.
-    """
-    return packing != "padded"
-
-
-def _last(history: list[dict[str, float]]) -> dict[str, float]:
-    return dict(history[-1]) if history else {}
+def _needs_offline(config: Any, prefix: Sequence[Any]) -> list[Problem]:
+    """An offline stage trains an offline algorithm."""
+    if is_offline(stage_algorithm(config)):
+        return []
+    name = config.root.algorithm.name if config.root.algorithm else None
+    return [
+        Problem(
+            dotted((*prefix, "algorithm", "name")),
+            f"an offline stage trains an offline algorithm (sft, dpo); got {name!r}",
+        )
+    ]

@@ -19,7 +19,6 @@ from agentgym_core.plugins import PluginHost
 from agentgym_core.run.kinds import run_stage
 from agentgym_core.run.offline import (
     RolloutRecorder,
-    check_stage_sources,
     stage_prefix,
     start_recording,
     stop_recording,
@@ -102,7 +101,6 @@ def run_pipeline(
     store_dir.mkdir(parents=True, exist_ok=True)
     results: list[StageResult] = []
     stages = expand_stages(resolved)
-    check_stage_sources(resolved, stages)
     earlier: dict[str, Path] = {}  # output dirs of finished stages, for offline data sources
     for index, stage in enumerate(stages):
         start = time.perf_counter()

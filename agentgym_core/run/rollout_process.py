@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import multiprocessing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,29 @@ class ProcessPlayer:
 
     Args:
         raw: the stage's config as a plain dict (`ResolvedConfig.raw`).
-        model_path: a checkpoint with the model and tokenizer (weights come per request).
+        start_model: the weights the stage started from.
+        model_path: the checkpoint the learner was loaded from (weights come per request).
         threads: torch's intra-op threads in the child.
+        newest: the weights a rerun would resume from; an outage error in the child names them.
     """
 
-    def __init__(self, raw: dict[str, Any], model_path: str, threads: int) -> None:
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        start_model: str,
+        model_path: str,
+        threads: int,
+        *,
+        newest: Callable[[], Path],
+    ) -> None:
+        self.newest = newest
         context = multiprocessing.get_context("spawn")
         self.connection, child = context.Pipe()
         self.process = context.Process(
-            target=serve, args=(raw, model_path, threads, child), daemon=True, name="rollouts"
+            target=serve,
+            args=(raw, start_model, model_path, threads, child),
+            daemon=True,
+            name="rollouts",
         )
         self.process.start()
         child.close()
@@ -51,7 +66,7 @@ class ProcessPlayer:
         self, step: int, history: list[dict[str, float]], weights: dict, threads: int
     ) -> tuple[dict[str, float], TrajectoryBatch]:
         """Send the weights and the update number; wait for its rollout."""
-        self.connection.send(("play", step, history, _pack(weights)))
+        self.connection.send(("play", step, history, _pack(weights), str(self.newest())))
         metrics, trajectories = self._answer()
         return metrics, TrajectoryBatch([Trajectory.from_dict(t) for t in trajectories])
 
@@ -77,11 +92,13 @@ class ProcessPlayer:
         self.connection.close()
 
 
-def serve(raw: dict[str, Any], model_path: str, threads: int, connection: Any) -> None:
+def serve(
+    raw: dict[str, Any], start_model: str, model_path: str, threads: int, connection: Any
+) -> None:
     """The child: build the stage's env, policy and engine, then play what is asked."""
     try:
         torch.set_num_threads(threads)
-        play = _build(raw, model_path)
+        play = _build(raw, start_model, model_path)
         connection.send(("ready", None))
     except BaseException as error:  # noqa: BLE001 - sent to the parent, which raises it
         connection.send(("error", _picklable(error)))
@@ -90,35 +107,36 @@ def serve(raw: dict[str, Any], model_path: str, threads: int, connection: Any) -
         message = connection.recv()
         if message[0] == "stop":
             return
-        _, step, history, weights = message
+        _, step, history, weights, newest = message
         try:
-            metrics, batch = play(step, history, torch.load(io.BytesIO(weights)))
+            metrics, batch = play(step, history, torch.load(io.BytesIO(weights)), Path(newest))
             connection.send(("ok", (metrics, [t.to_dict() for t in batch.trajectories])))
         except BaseException as error:  # noqa: BLE001 - e.g. EnvironmentDown, raised in the parent
             connection.send(("error", _picklable(error)))
 
 
-def _build(raw: dict[str, Any], model_path: str) -> Any:
+def _build(raw: dict[str, Any], start_model: str, model_path: str) -> Any:
     from agentgym_core.config.resolve import validate_dict
     from agentgym_core.plugins import PluginHost
-    from agentgym_core.run.checkpoint import latest_checkpoint
-    from agentgym_core.run.components import build_components, load_configured_model
+    from agentgym_core.run.components import build_components
     from agentgym_core.run.rollout_step import build_rollout_step
+    from agentgym_core.run.runtime import load_training_model
+    from agentgym_core.run.weights import load_weights
 
     resolved = validate_dict(raw, PluginHost().registry)
     root = resolved.root
-    model, tokenizer = load_configured_model(root.model, model_path)
-    output_dir = Path(root.run.output_dir)
-
-    def newest() -> Path:
-        return latest_checkpoint(output_dir) or Path(model_path)
-
+    resume = None if model_path == start_model else Path(model_path)
+    model, tokenizer = load_training_model(root.model, Path(start_model), resume)
+    newest = [Path(model_path)]  # the parent's newest weights, as its last request named them
     rollout_step, policy = build_rollout_step(
-        root, build_components(resolved), model, tokenizer, newest
+        root, build_components(resolved), model, tokenizer, lambda: newest[0]
     )
 
-    def play(step: int, history: list, weights: dict) -> tuple[dict, TrajectoryBatch]:
-        model.load_state_dict(weights)
+    def play(
+        step: int, history: list, weights: dict, parent_newest: Path
+    ) -> tuple[dict, TrajectoryBatch]:
+        newest[0] = parent_newest
+        load_weights(model, weights)
         policy.sync_weights(model)
         return rollout_step(step, history)
 

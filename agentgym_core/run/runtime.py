@@ -12,11 +12,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from agentgym_core import distributed
+from agentgym_core.learner import lora
 from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.offpolicy import OffPolicySettings
 from agentgym_core.learner.settings import LearnerSettings
@@ -27,12 +28,18 @@ from agentgym_core.run.checkpoint import (
     save_learner_checkpoint,
 )
 from agentgym_core.run.components import load_configured_model, load_critic
-from agentgym_core.tracking.console import ProgressBar
+
+if TYPE_CHECKING:
+    from agentgym_core.tracking.console import ProgressBar
 
 
-def learner_settings(root: Any, model: Any) -> LearnerSettings:
-    """The learner's settings from the `trainer` (and `rollout`, `run`) blocks: the one mapping."""
+def learner_settings(root: Any, model: Any, *, offline: bool = False) -> LearnerSettings:
+    """The learner's settings from the `trainer` (and `rollout`, `run`) blocks: the one mapping.
+
+    `offline`: for an offline stage (SFT, DPO), whose `packing: auto` keeps shared rows.
+    """
     trainer = root.trainer
+    rows = offline_share_rows(trainer.packing) if offline else share_rows(trainer.packing, model)
     return LearnerSettings(
         lr=trainer.lr,
         lr_schedule=trainer.lr_schedule,
@@ -43,7 +50,7 @@ def learner_settings(root: Any, model: Any) -> LearnerSettings:
         mini_batches=trainer.mini_batches,
         micro_batch_tokens=trainer.micro_batch_tokens,
         row_tokens=trainer.row_tokens,
-        share_rows=share_rows(trainer.packing, model),
+        share_rows=rows,
         max_grad_norm=trainer.max_grad_norm,
         temperature=root.rollout.temperature,
         seed=root.run.seed,
@@ -63,6 +70,15 @@ def share_rows(packing: str, model: Any) -> bool:
     return attention.startswith("flash_attention")
 
 
+def offline_share_rows(packing: str) -> bool:
+    """`trainer.packing` of an offline stage: `auto` keeps the shared rows it always used.
+
+    An offline micro-batch is a group of whole examples in one forward pass;
+    `padded` gives each sequence its own row instead.
+    """
+    return packing != "padded"
+
+
 @dataclass
 class Opened:
     """A stage's learner, ready to train, and where it stands."""
@@ -77,19 +93,41 @@ class Opened:
     """The folder the learner's weights came from: the resumed checkpoint or the start model."""
 
 
+def load_training_model(
+    model_block: Any, start_model: Path, resume: Path | None
+) -> tuple[Any, Any]:
+    """The model a stage trains: the resumed checkpoint's weights, else the start model's.
+
+    With `model.lora`, the start model's weights under an adapter: a fresh one,
+    or the resumed checkpoint's.
+    """
+    if model_block.lora is None:
+        return load_configured_model(model_block, resume or start_model)
+    base, tokenizer = load_configured_model(model_block, start_model)
+    model = lora.add_adapter(base, model_block.lora, base_path=start_model)
+    if resume is not None:
+        lora.load_adapter_weights(model, resume)
+    return model, tokenizer
+
+
 def open_learner(root: Any, algorithm: Any, start_model: Path, output_dir: Path) -> Opened:
-    """Seed, resume, load, build the learner (with reference and critic if asked), restore."""
+    """Seed, resume, load, build the learner (with reference and critic if asked), restore.
+
+    The reference is the start model: a copy of it, or with LoRA the same model
+    with its adapter off.
+    """
     torch.manual_seed(root.run.seed)
     random.seed(root.run.seed)
     resume = latest_checkpoint(output_dir) if root.trainer.resume else None
-    model, tokenizer = load_configured_model(root.model, resume or start_model)
+    model, tokenizer = load_training_model(root.model, start_model, resume)
     reference = None
-    if algorithm.needs.reference:
+    if algorithm.needs.reference and lora.is_adapter(model):
+        reference = lora.AdapterOff(model)
+    elif algorithm.needs.reference:
         reference, _ = load_configured_model(root.model, start_model)
     critic = load_critic(getattr(algorithm.needs, "critic", None), model, root.model, start_model)
-    learner = Learner(
-        model, algorithm, learner_settings(root, model), reference=reference, critic=critic
-    )
+    settings = learner_settings(root, model, offline=not algorithm.needs.online)
+    learner = Learner(model, algorithm, settings, reference=reference, critic=critic)
     history, first_step, saved = restore_learner(learner, resume)
     return Opened(learner, tokenizer, history, first_step, saved, Path(resume or start_model))
 
@@ -131,6 +169,8 @@ class Checkpoints:
 
 def stage_progress(root: Any, first_step: int, *, show: bool, quiet: bool) -> ProgressBar:
     """A stage's progress bar and update lines, drawn by the main rank only."""
+    from agentgym_core.tracking.console import ProgressBar  # late: a learner alone needs none
+
     main = distributed.is_main()
     return ProgressBar(
         root.trainer.steps,

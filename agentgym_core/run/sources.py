@@ -40,9 +40,8 @@ from agentgym_core import distributed
 from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.rollout.engine import RolloutEngine
 from agentgym_core.run.rollout_step import Played, RolloutStep, build_rollout_step
+from agentgym_core.run.weights import Weights, load_weights, snapshot
 from agentgym_core.types import Trajectory, TrajectoryBatch
-
-Weights = dict[str, torch.Tensor]
 
 
 @dataclass
@@ -119,7 +118,7 @@ class ThreadPlayer:
     def __call__(self, step: int, history: list, weights: Weights, threads: int) -> Played:
         """Load `weights` into the policy's model, then play update `step`."""
         torch.set_num_threads(threads)
-        self.model.load_state_dict(weights)
+        load_weights(self.model, weights)
         self.sync(self.model)
         return self.play(step, history)
 
@@ -161,7 +160,7 @@ class AheadRollouts:
         self.staleness, self.steps = staleness, steps
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
         self.in_flight: dict[int, _InFlight] = {}
-        self.weights, self.version = _snapshot(model), version
+        self.weights, self.version = snapshot(model), version
         # the CPU's intra-op threads, split: torch's thread count is per calling thread, and two
         # threads each using every core would only take turns
         self.learner_threads = torch.get_num_threads()
@@ -184,7 +183,7 @@ class AheadRollouts:
 
     def push(self, model: Any, version: int) -> None:
         """Snapshot the new weights: the next rollouts started play on them."""
-        self.weights, self.version = _snapshot(model), version
+        self.weights, self.version = snapshot(model), version
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Wait for every rollout in flight; them as checkpoint data (see `restore`)."""
@@ -209,7 +208,7 @@ class AheadRollouts:
         """Wait for the rollouts in flight, then give the policy the newest weights."""
         for flight in self.in_flight.values():
             flight.future.result()
-        self.model.load_state_dict(self.weights)
+        load_weights(self.model, self.weights)
         self.policy.sync_weights(self.model)
         return self.play.engine
 
@@ -224,10 +223,6 @@ class AheadRollouts:
                 self.play.engine.close()
             finally:
                 self.policy.close()
-
-
-def _snapshot(model: Any) -> Weights:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def check_staleness(root: Any) -> list[Problem]:
@@ -251,6 +246,7 @@ def open_rollouts(
     *,
     version: int,
     saved: dict[str, Any],
+    start_model: Path,
     weights_path: Path,
     newest: Callable[[], Path],
 ) -> RolloutSource:
@@ -262,7 +258,8 @@ def open_rollouts(
         model: the learner's model (synchronous rollouts share it; ahead ones copy it).
         version: updates `model` has seen.
         saved: the resumed checkpoint's extra state (rollouts kept in flight).
-        weights_path: the folder `model` was loaded from (a child process loads it too).
+        start_model: the weights the stage started from.
+        weights_path: the folder `model` was loaded from (a child process loads the same).
         newest: the weights an interrupted run would resume from (named in outage errors).
         tokenizer: the model's tokenizer.
     """
@@ -276,13 +273,19 @@ def open_rollouts(
         return SyncRollouts(play, policy, version=version)
     rollout_model = copy.deepcopy(model)  # the learner keeps training its own weights
     play, policy = build_rollout_step(root, components, rollout_model, tokenizer, newest)
-    if trainer.rollout_worker == "process":
-        from agentgym_core.run.rollout_process import ProcessPlayer
+    try:
+        if trainer.rollout_worker == "process":
+            from agentgym_core.run.rollout_process import ProcessPlayer
 
-        threads = max(1, torch.get_num_threads() // 2)
-        player: Any = ProcessPlayer(resolved.raw, str(weights_path), threads)
-    else:
-        player = ThreadPlayer(play, rollout_model, policy.sync_weights)
+            threads = max(1, torch.get_num_threads() // 2)
+            player: Any = ProcessPlayer(
+                resolved.raw, str(start_model), str(weights_path), threads, newest=newest
+            )
+        else:
+            player = ThreadPlayer(play, rollout_model, policy.sync_weights)
+    except BaseException:
+        SyncRollouts(play, policy, version=version).close()  # its engine and policy
+        raise
     source = AheadRollouts(
         player,
         play,
@@ -292,5 +295,9 @@ def open_rollouts(
         steps=trainer.steps,
         version=version,
     )
-    source.restore(saved.get("ahead", []))
+    try:
+        source.restore(saved.get("ahead", []))
+    except BaseException:
+        source.close()
+        raise
     return source

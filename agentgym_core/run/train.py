@@ -22,16 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.config.errors import ConfigError, Problem, dotted
+from agentgym_core.config.errors import Problem, dotted
 from agentgym_core.learner.scoring import score
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.components import Components, build_components
 from agentgym_core.run.eval_stage import eval_settings
 from agentgym_core.run.evaluate import evaluation_tasks, run_evaluation
-from agentgym_core.run.kinds import StageContext, StageOutcome
+from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics, raise_problems
 from agentgym_core.run.rollout_step import rollout_settings
 from agentgym_core.run.runtime import Checkpoints, open_learner, stage_progress
-from agentgym_core.run.sources import Rollout, RolloutSource, check_staleness, open_rollouts
+from agentgym_core.run.sources import Rollout, RolloutSource, open_rollouts
 
 
 class TrainStage:
@@ -40,15 +40,14 @@ class TrainStage:
     def __init__(self, context: StageContext, options: Any = None) -> None:
         self.context = context
         self.root = context.config.root
-        problems = self.check(context.config, context.prefix)
-        if problems:
-            source = context.config.source
-            raise ConfigError(problems, str(source) if source else None)
+        raise_problems(self.check(context.config, context.prefix), context.config)
         self.components: Components = build_components(context.config)
         self.algorithm = self.components.algorithm
 
     @staticmethod
-    def check(config: Any, prefix: Sequence[Any] = ()) -> list[Problem]:
+    def check(
+        config: Any, prefix: Sequence[Any] = (), earlier: Sequence[Any] = ()
+    ) -> list[Problem]:
         """An algorithm, a scheduler, a token-level policy, big enough groups; one rank if stale."""
         root = config.root
         at = lambda key: dotted((*prefix, key))  # noqa: E731
@@ -78,9 +77,7 @@ class TrainStage:
                         f"{needed} samples per task (got {root.trainer.group_size})",
                     )
                 )
-        return problems + [
-            Problem(dotted((*prefix, p.path)), p.message) for p in check_staleness(root)
-        ]
+        return problems
 
     def run(self, *, show_progress: bool = True, quiet: bool = False) -> StageOutcome:
         """Train to `trainer.steps`, resuming from the latest checkpoint when allowed."""
@@ -96,11 +93,13 @@ class TrainStage:
             opened.tokenizer,
             version=opened.first_step,
             saved=opened.saved,
+            start_model=context.start_model,
             weights_path=opened.weights,
             newest=lambda: checkpoints.latest,
         )
-        progress = stage_progress(root, opened.first_step, show=show_progress, quiet=quiet)
+        progress = None
         try:
+            progress = stage_progress(root, opened.first_step, show=show_progress, quiet=quiet)
             for step in range(opened.first_step, root.trainer.steps):
                 rollout = rollouts.take(step, history)
                 context.host.after_rollout(step, rollout.batch, rollout.metrics)
@@ -114,9 +113,10 @@ class TrainStage:
                 if root.trainer.eval_every and (step + 1) % root.trainer.eval_every == 0:
                     self._evaluate(step + 1, rollouts, history)
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
             rollouts.close()
-        return StageOutcome(checkpoints.latest, history, opened.first_step, _last(history))
+        return StageOutcome(checkpoints.latest, history, opened.first_step, last_metrics(history))
 
     def _learn(self, rollout: Rollout, learner: Any, rollouts: RolloutSource, step: int) -> dict:
         """Score, advantages, update; the new weights go to the rollout source."""
@@ -138,7 +138,3 @@ class TrainStage:
         metrics, _ = run_evaluation(rollouts.evaluation_engine(), tasks, settings, rollout)
         self.context.host.after_evaluation(step, settings.split, metrics)
         return metrics
-
-
-def _last(history: list[dict[str, float]]) -> dict[str, float]:
-    return dict(history[-1]) if history else {}

@@ -31,6 +31,7 @@ from agentgym_core.api import (
     Generation,
     Problem,
     SamplingParams,
+    full_weights,
 )
 from agentgym_policy_vllm.config import VLLMPolicyConfig
 from agentgym_policy_vllm.engine import EngineThread
@@ -172,9 +173,13 @@ class VLLMPolicy:
         )
 
     def sync_weights(self, model: Any) -> None:
-        """Load the learner's weights into the running model; stale prefix KV is dropped."""
+        """Load the learner's weights into the running model; stale prefix KV is dropped.
+
+        A LoRA learner's adapter is merged into the weights sent (`full_weights`):
+        vLLM then serves the merged model, with no adapter of its own to refresh.
+        """
         start = time.perf_counter()
-        weights = list(model.state_dict().items())
+        weights = list(full_weights(model))
 
         def reload(engine: Any) -> None:
             engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})

@@ -166,6 +166,38 @@ def test_logprobs_match_the_learner_after_an_update_and_a_sync(vllm_policy, vllm
         assert mine.numpy() == pytest.approx(sampler.numpy(), abs=2e-4)
 
 
+def test_a_lora_learner_syncs_merged_weights_to_vllm(vllm_policy, vllm_model_dir):
+    """vLLM serves whole models: a LoRA learner's adapter goes over merged into its base."""
+    pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_core.config.schema import LoraConfig
+    from agentgym_core.learner.lora import add_adapter
+
+    policy, _, tokenizer = vllm_policy
+    base = AutoModelForCausalLM.from_pretrained(vllm_model_dir)
+    chat = ChatFormat(tokenizer, base.generation_config)
+    learner_model = add_adapter(base, LoraConfig(r=8, alpha=16), base_path=vllm_model_dir)
+    before = rollout(policy, chat, temperature=1.0, seed=1)
+    for index, trajectory in enumerate(before):
+        sign = 1.0 if index % 2 == 0 else -1.0
+        trajectory.advantages = [sign * m for m in trajectory.loss_mask]
+    learner = Learner(learner_model, GRPO(GRPOConfig()), LearnerSettings(lr=5e-2, seed=0))
+    learner.update(TrajectoryBatch(before))
+    stale = max(
+        float((mine - sampler).abs().max())
+        for mine, sampler in (learner_logprobs(learner.unwrapped, t, 1.0) for t in before)
+    )
+    assert stale > 1e-2  # the adapter moved the policy away from what vLLM holds
+
+    policy.sync_weights(learner.unwrapped)
+    after = rollout(policy, chat, temperature=0.7, seed=2)
+    assert sum(t.num_sampled_tokens for t in after) > 20
+    for trajectory in after:
+        mine, sampler = learner_logprobs(learner.unwrapped, trajectory, 0.7)
+        assert mine.numpy() == pytest.approx(sampler.numpy(), abs=2e-4)
+
+
 def test_rollouts_ahead_of_the_learner_train_through_vllm(vllm_model_dir, agentgym_train):
     """trainer.max_staleness 1 with vLLM generating: the policy gets the weights each rollout
     starts from, batches are one update old, and decoupled PPO's weights are logged."""

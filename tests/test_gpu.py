@@ -1,0 +1,149 @@
+"""The GPU check (`benchmarks/gpu_check.py`) and the tests that need a GPU.
+
+The smoke test runs on any machine: the whole check on a tiny model on the
+CPU, so the plumbing is tested where CI runs. Tests marked `gpu` need CUDA and
+skip without it; `make test-gpu` runs them on a GPU machine (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import agentgym_core
+
+ROOT = Path(agentgym_core.__file__).resolve().parents[1]
+CHECK = ROOT / "benchmarks" / "gpu_check.py"
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU: make test-gpu"
+)
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("gpu_check", None)
+
+
+# -- on any machine -----------------------------------------------------------------------
+
+
+def test_the_smoke_check_runs_every_case_and_writes_its_summary(tmp_path):
+    out = tmp_path / "summary.json"
+    command = [sys.executable, str(CHECK), "--smoke", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "train tok/s" in done.stdout and "MFU" in done.stdout  # the table
+    result = json.loads(out.read_text())
+    assert result["smoke"] is True and result["mlflow_imported"] is False
+    for key in ("name", "torch", "transformers", "accelerate", "peft", "peak_bf16_tflops"):
+        assert key in result["machine"]
+    cases = {row["case"]: row for row in result["cases"]}
+    assert list(cases) == ["tiny full", "tiny lora", "tiny full fsdp2 (1 process)"]
+    for name, row in cases.items():
+        if row["status"].startswith("skipped"):
+            assert name == "tiny lora", row  # only before model.lora exists
+            continue
+        assert row["status"] == "ok", row
+        assert row["train_tokens_per_s"] > 0 and row["finite"]
+        for key in ("mfu", "peak_memory_gib", "update_s", "params", "attention"):
+            assert key in row, key
+        assert torch.device(row["weights_on"]).type == torch.device(row["device"]).type
+    assert cases["tiny full"]["dtype"] == "bfloat16"
+    assert cases["tiny full"]["gen_tokens_per_s"] > 0
+    assert cases["tiny full fsdp2 (1 process)"]["sharded"] is True
+
+
+def test_the_card_table_and_the_plan(gpu_check):
+    assert gpu_check.peak_bf16_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert gpu_check.peak_bf16_flops("NVIDIA H100 PCIe") == 756e12
+    assert gpu_check.peak_bf16_flops("NVIDIA H200") == 989e12
+    assert gpu_check.peak_bf16_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert gpu_check.peak_bf16_flops("NVIDIA L4") == 121e12
+    assert gpu_check.peak_bf16_flops("NVIDIA L40S") == 362e12
+    assert gpu_check.peak_bf16_flops("Tesla T4") is None
+    seven, half = gpu_check.SHAPES["7b"], gpu_check.SHAPES["0.5b"]
+    assert 7.0e9 < gpu_check._param_estimate(seven) < 8.0e9
+    assert 0.45e9 < gpu_check._param_estimate(half) < 0.55e9
+    assert gpu_check.full_finetune_fits(seven, 79.2).startswith("skipped")
+    assert gpu_check.full_finetune_fits(seven, 139.8).startswith("skipped")  # 20 B a weight
+    assert gpu_check.full_finetune_fits(seven, 192.0) is None
+    assert gpu_check.full_finetune_fits(half, 79.2) is None
+
+
+def test_the_summary_goes_where_it_is_asked(gpu_check, monkeypatch, tmp_path):
+    monkeypatch.delenv("AGENTGYM_GPU_CHECK_JSON", raising=False)
+    monkeypatch.delenv("OUT", raising=False)
+    assert gpu_check.json_path(None) == Path("runs") / "gpu_check.json"
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert gpu_check.json_path(None) == tmp_path / "gpu_check.json"
+    monkeypatch.setenv("AGENTGYM_GPU_CHECK_JSON", str(tmp_path / "a.json"))
+    assert gpu_check.json_path(None) == tmp_path / "a.json"
+    assert gpu_check.json_path("b.json") == Path("b.json")
+
+
+# -- on a GPU (make test-gpu) ------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_bf16_update_and_generation_run_on_the_gpu(gpu_check, tmp_path, lora):
+    if lora and gpu_check.lora_available():
+        pytest.skip(gpu_check.lora_available())
+    shape = gpu_check.SHAPES["tiny"]
+    folder = gpu_check.build_model(shape, tmp_path / "tiny")
+    row = gpu_check.run_case("t", folder, shape, lora=lora, attn="sdpa", peak=None)
+    assert row["status"] == "ok", row
+    assert torch.device(row["weights_on"]).type == "cuda" and row["dtype"] == "bfloat16"
+    assert row["peak_memory_gib"] > 0 and row["gen_tokens_per_s"] > 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_device_is_the_ranks_gpu(tiny_model_dir):
+    from accelerate import Accelerator
+
+    from agentgym_core import distributed
+    from agentgym_core.run.components import load_model
+
+    assert distributed.device().type == "cuda"
+    model, _ = load_model(tiny_model_dir, "bfloat16")
+    assert next(model.parameters()).device.type == "cuda"
+    assert Accelerator().device == distributed.device()
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_one_fsdp2_process_trains(gpu_check, tmp_path):
+    folder = gpu_check.build_model(gpu_check.SHAPES["tiny"], tmp_path / "tiny")
+    row = gpu_check.launch_fsdp(folder, "tiny", "sdpa", timeout=300)
+    assert row["status"] == "ok", row
+    assert row["sharded"] is True and row["distributed_type"] == "FSDP"
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.skipif(
+    importlib.util.find_spec("flash_attn") is None, reason="flash-attn is not installed"
+)
+def test_flash_attention_2_matches_sdpa(tiny_model_dir):
+    from agentgym_core.run.components import load_model
+
+    ids = torch.randint(3, 200, (2, 48))
+    logits = {}
+    for kernel in ("sdpa", "flash_attention_2"):
+        model, _ = load_model(tiny_model_dir, "bfloat16", attn_implementation=kernel)
+        with torch.no_grad():
+            logits[kernel] = model(input_ids=ids.to(model.device)).logits.float()
+    assert torch.allclose(logits["sdpa"], logits["flash_attention_2"], atol=5e-2, rtol=0)
