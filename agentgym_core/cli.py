@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import textwrap
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,14 +18,18 @@ PARTIAL = 3
 """Exit status of a command whose evaluation stayed partial (episodes still in env_error)."""
 
 USAGE_EXAMPLES = """examples:
-  agentgym train configs/babyai-grpo-scalinginter.yaml trainer.steps=200 algorithm.kl_coef=0.0
-  agentgym eval configs/babyai-eval.yaml model.path=runs/x/train/checkpoints/step-000200
+  agentgym config init --env babyai --algorithm grpo --scheduler fixed --out babyai-grpo.yaml \\
+      scheduler.max_turns=8
+  agentgym train babyai-grpo.yaml trainer.steps=200 algorithm.kl_coef=0.0
+  agentgym eval babyai-grpo.yaml model.path=runs/babyai-grpo/checkpoints/step-000200
   agentgym plugins
+  agentgym plugins grpo                       # its options: type, default, description
+  agentgym docs writing-an-env                # the guide to writing an environment plugin
   agentgym model init --env babyai --out runs/models/babyai-tiny
   agentgym data expert babyai --episodes 100 --out data/babyai-expert.json
   agentgym ui runs/x
   agentgym view runs/x
-  agentgym serve-env babyai --port 36001
+  agentgym serve-env babyai --port 36001 -o levels=agentgym
   agentgym env play textcraft --task 4 -o depths=[1,2]
   agentgym data import agenttraj.json --out trajectories.jsonl
 """
@@ -63,6 +70,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentgym_core import distributed
     from agentgym_core.run.eval_stage import (
         comparison_table,
+        eval_record,
         eval_table,
         is_comparison,
         run_comparison,
@@ -78,19 +86,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not distributed.is_main():
             return 0  # under `accelerate launch` every rank played its share; one reports
         print(comparison_table(results))
+        records = {stage.name: eval_record(metrics) for stage, metrics in results}
         if args.json:
-            rows = {stage.name: metrics for stage, metrics in results}
-            Path(args.json).write_text(json.dumps(rows, indent=2))
-        return PARTIAL if any(metrics.get("partial") for _, metrics in results) else 0
+            Path(args.json).write_text(json.dumps(records, indent=2))
+        return PARTIAL if any(record["partial"] for record in records.values()) else 0
     metrics, trajectories = run_eval_stage(resolved, host, Path(resolved.root.model.path))
     if not distributed.is_main():
         return 0
     print(eval_table(metrics, resolved.root.eval.k))
     note = partial_note(metrics, trajectories)
     if args.json:
-        record = {**metrics, "partial": bool(note)}
-        if note:
-            record["last_env_error"] = last_error(env_errors(trajectories))
+        failed = env_errors(trajectories)
+        record = eval_record(metrics, note, last_error(failed) if failed else "")
         Path(args.json).write_text(json.dumps(record, indent=2))
     if note:
         print(f"agentgym: error: {note}", file=sys.stderr)
@@ -99,16 +106,87 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """List every registered component and stage kind with its distribution and version."""
+    """List every registered component and stage kind with its distribution and version.
+
+    With a NAME, show that component's options instead (every kind of that name).
+    """
     from agentgym_core.tracking.console import format_table
 
     host = plugin_host()
+    if args.name:
+        print("\n\n".join(describe_component(r) for r in host.registry.find(args.name)))
+        return 0
     rows = [
         {"kind": r.kind, "name": r.name, "distribution": r.distribution, "version": r.version}
         for r in host.registry.all()
     ]
     print(format_table(rows, ["kind", "name", "distribution", "version"]))
     return 0
+
+
+def describe_component(registration) -> str:
+    """A component's heading and options: name, type, default and description of each."""
+    from agentgym_core.registry import options
+
+    r = registration
+    doc = (r.config.__doc__ or "").strip().split("\n\n")[0]
+    lines = [f"{r.kind} {r.name} ({r.distribution} {r.version}): {' '.join(doc.split())}".rstrip()]
+    fields = options(r.config)
+    if not fields:
+        lines.append("  no options")
+    for option in fields:
+        default = "required" if option.required else f"default {option.default}"
+        lines.append(f"  {option.name}: {option.type}, {default}")
+        if option.description:
+            lines += textwrap.wrap(
+                option.description, 96, initial_indent="      ", subsequent_indent="      "
+            )
+    return "\n".join(lines)
+
+
+def check_size(args: argparse.Namespace) -> None:
+    """Refuse bad `--size key=value` pairs in one line naming the key and the valid ones."""
+    from pydantic import ValidationError
+
+    from agentgym_core.config.errors import pydantic_problems
+    from agentgym_core.modeling.tiny import TinyModelConfig
+
+    options = parse_options(args.size, flag="--size")
+    valid = ", ".join(TinyModelConfig.model_fields)
+    unknown = [key for key in options if key not in TinyModelConfig.model_fields]
+    if unknown:
+        pairs = ", ".join(repr(p) for p in args.size if p.partition("=")[0] in unknown)
+        keys = ", ".join(repr(k) for k in unknown)
+        raise UsageError(f"--size {pairs}: unknown key {keys}; valid keys: {valid}")
+    try:
+        TinyModelConfig(**options)
+    except ValidationError as error:
+        problems = pydantic_problems(error, TinyModelConfig)
+        raise UsageError("--size: " + "; ".join(str(p) for p in problems)) from None
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Print a guide shipped with agentgym-core, or list them."""
+    from importlib import resources
+
+    guides = {
+        path.name.removesuffix(".md"): path
+        for path in (resources.files("agentgym_core") / "docs").iterdir()
+        if path.name.endswith(".md")
+    }
+    if args.name is None:
+        for name, path in sorted(guides.items()):
+            title = path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
+            print(f"{name:20}  {title}")
+        return 0
+    if args.name not in guides:
+        raise UsageError(f"no guide {args.name!r}; guides: {', '.join(sorted(guides))}")
+    sys.stdout.write(guides[args.name].read_text(encoding="utf-8"))
+    return 0
+
+
+class UsageError(Exception):
+    """A command-line value the command cannot use; printed as one line, exit status 2."""
 
 
 def cmd_model_init(args: argparse.Namespace) -> int:
@@ -153,16 +231,23 @@ def cmd_model_merge(args: argparse.Namespace) -> int:
 def cmd_data_expert(args: argparse.Namespace) -> int:
     """Write expert trajectories of an environment as AgentTraj JSON."""
     from agentgym_core.data.expert import write_expert_dataset
+    from agentgym_core.rollout.threads import EnvCallTimeout, timed_call
 
     host = plugin_host()
     env = make_env(host, args.env, args.env_option)
     try:
         tasks = list(env.tasks(args.split))[: args.episodes]
         summary = write_expert_dataset(
-            env, args.env, tasks, Path(args.out), max_turns=args.max_turns
+            env,
+            args.env,
+            tasks,
+            Path(args.out),
+            max_turns=args.max_turns,
+            timeout_s=args.env_timeout_s,
         )
     finally:
-        env.close()
+        with contextlib.suppress(EnvCallTimeout):  # a wedged env may not close either
+            timed_call(env.close, timeout_s=5.0)
     print(f"{summary['episodes']} episodes, success {summary['success_rate']:.2f} -> {args.out}")
     return 0
 
@@ -186,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train (run every stage of a config)")
-    train.add_argument("config")
+    train.add_argument("config", help="a run config (YAML); `agentgym config init` writes one")
     train.add_argument("overrides", nargs="*", help="key=value overrides")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--quiet", action="store_true", help="no line per update")
@@ -197,21 +282,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate model.path on the eval split; a config of only eval stages compares "
         "them (e.g. an API model and a checkpoint) in one table",
     )
-    evaluate.add_argument("config")
+    evaluate.add_argument("config", help="a run config (YAML) naming model.path")
     evaluate.add_argument("overrides", nargs="*", help="key=value overrides")
     evaluate.add_argument("--json", help="also write the metrics to this JSON file")
     evaluate.set_defaults(func=cmd_eval)
 
-    plugins = sub.add_parser("plugins", help="list installed environments, algorithms, ...")
+    plugins = sub.add_parser(
+        "plugins", help="list installed environments, algorithms, ...; with NAME, its options"
+    )
+    plugins.add_argument(
+        "name", nargs="?", help="a component: show each option's type, default and description"
+    )
     plugins.set_defaults(func=cmd_plugins)
+
+    docs = sub.add_parser("docs", help="print a guide shipped with agentgym-core (none: list)")
+    docs.add_argument("name", nargs="?", help="e.g. writing-an-env")
+    docs.set_defaults(func=cmd_docs)
+    from agentgym_core.scaffold.config import add_parser as add_config_parser
+
+    add_config_parser(sub)
 
     model = sub.add_parser("model", help="model utilities").add_subparsers(
         dest="action", required=True
     )
     init = model.add_parser("init", help="build a tiny model with a tokenizer trained on env text")
     init.add_argument("--env", required=True)
-    init.add_argument("--env-option", action="append", help="env config key=value")
-    init.add_argument("--size", action="append", help="TinyModelConfig key=value")
+    init.add_argument("-o", "--env-option", action="append", help="env config key=value")
+    init.add_argument(
+        "--size",
+        action="append",
+        help="the tiny model's size as key=value, e.g. hidden_size=32 or vocab_size=512 "
+        "(a wrong key lists the valid ones)",
+    )
     init.add_argument(
         "--chat-template",
         help="the tokenizer's chat template and special tokens: chatml (default), llama3, or a "
@@ -222,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--tasks", type=int, default=400, help="train tasks played for the corpus")
     init.add_argument("--max-turns", type=int, default=8)
     init.add_argument("--seed", type=int, default=0)
-    init.set_defaults(func=cmd_model_init)
+    init.set_defaults(func=cmd_model_init, check=check_size)
     merge = model.add_parser(
         "merge", help="a LoRA checkpoint's adapter merged into its base, as a standalone model"
     )
@@ -239,7 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
     expert.add_argument("--episodes", type=int, default=100)
     expert.add_argument("--split", default="train")
     expert.add_argument("--max-turns", type=int, default=64)
-    expert.add_argument("--env-option", action="append", help="env config key=value")
+    expert.add_argument("-o", "--env-option", action="append", help="env config key=value")
+    expert.add_argument(
+        "--env-timeout-s", type=float, default=30.0, help="longest an env call may run (s)"
+    )
     expert.add_argument("--out", required=True)
     expert.set_defaults(func=cmd_data_expert)
     from agentgym_core.data.trajfiles import add_commands as add_trajfile_commands
@@ -273,16 +378,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym_core.registry import RegistryError
     from agentgym_core.rollout.contract import EnvironmentContractError
     from agentgym_core.rollout.engine import EnvironmentDown, PolicyError
+    from agentgym_core.rollout.threads import EnvCallTimeout
     from agentgym_core.run.signals import exit_cleanly_on_sigterm
 
-    stops = (ConfigError, RegistryError, FileNotFoundError, PolicyError, EnvironmentDown)
+    stops = (ConfigError, RegistryError, FileNotFoundError, FileExistsError, UsageError)
     args = build_parser().parse_args(argv)
     exit_cleanly_on_sigterm()  # a killed run still closes its envs (browsers, JVMs)
-    try:
-        return args.func(args)
-    except (*stops, EnvironmentContractError) as error:
-        print(f"agentgym: error: {error}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():  # restores the global hook when main returns
+        warnings.showwarning = _one_line_warnings(warnings.showwarning)
+        try:
+            if getattr(args, "check", None):
+                args.check(args)
+            code = args.func(args)
+            sys.stdout.flush()  # a closed pipe shows here, inside the try
+            return code
+        except (*stops, PolicyError, EnvironmentDown, EnvironmentContractError) as error:
+            print(f"agentgym: error: {error}", file=sys.stderr)
+            return 2
+        except EnvCallTimeout as error:  # left running on a daemon thread: exit all the same
+            print(f"agentgym: error: {error}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:  # `agentgym plugins | head`: the reader left; leave quietly
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+            return 141  # as a shell reports a command ended by SIGPIPE
+
+
+def _one_line_warnings(show):
+    """`warnings.showwarning` that prints a broken plugin's warning as `agentgym: warning: ...`."""
+    from agentgym_core.plugins import BrokenPluginWarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, BrokenPluginWarning):
+            print(f"agentgym: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentgym_core.config.errors import ConfigError, Problem, pydantic_problems, unknown_keys
+from agentgym_core.rollout import contract
 
 
 def plugin_host() -> Any:
@@ -70,6 +71,10 @@ def _located(problem: Problem, pairs: Sequence[str]) -> Problem:
 
 
 def make_env(host: Any, name: str, pairs: Sequence[str] | None) -> Any:
-    """A new environment `name` configured by `key=value` pairs."""
+    """A new environment `name` configured by `key=value` pairs.
+
+    The instance is labelled with `name`, so the contract's messages about it
+    (a wrong type from `reset`, `step`, ...) name the env as the user typed it.
+    """
     registration, config = validate_env_options(host.registry, name, parse_options(pairs), pairs)
-    return registration.factory(config)
+    return contract.label(registration.factory(config), name)

@@ -4,6 +4,10 @@ Useful to see exactly what an agent sees (the instruction, each observation,
 the valid actions) and to check that a task is solvable as rendered. Lines
 read from stdin are actions, except the session commands below, so a session
 can also be scripted by piping actions in, one per line.
+
+Every value the env returns is checked by `rollout.contract`, as in training:
+a wrong type ends the session with the contract's one-line error (the env,
+the method, the value and the fix), not a traceback or `Observation: None`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import argparse
 import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+from agentgym_core.rollout import contract
 
 SESSION_HELP = """Type an action and press Enter. Session commands:
   help            this help
@@ -51,11 +57,13 @@ class Session:
     def start(self) -> None:
         """Reset the task and show the instruction and first observation."""
         self.result = PlayResult(self.task_id)
-        observation = self.env.reset(self.task_id)
-        group = self.env.task_group(self.task_id)
+        env, task = self.env, self.task_id
+        observation = contract.text(env, "reset", env.reset(task), task=task)
+        group = contract.text(env, "task_group", env.task_group(task), optional=True, task=task)
+        instruction = contract.text(env, "instruction", env.instruction(), optional=True, task=task)
         self.say(f"== task {self.task_id}" + (f" ({group})" if group else "") + " ==")
         self.say("Instruction:")
-        self.say(self.env.instruction())
+        self.say("(none)" if instruction is None else instruction)
         self.say()
         self.say("Observation:")
         self.say(observation)
@@ -63,13 +71,17 @@ class Session:
 
     def show_actions(self) -> None:
         """Numbered valid actions, or a note that the action set is open."""
-        actions = self.env.valid_actions()
+        actions = self.valid_actions()
         if actions is None:
             self.say("(this environment does not list its actions: type any action)")
             return
         self.say("Valid actions:")
         for number, action in enumerate(actions, start=1):
             self.say(f"  {number:>2}. {action}")
+
+    def valid_actions(self) -> list[str] | None:
+        """The env's valid actions now, checked."""
+        return contract.actions(self.env, self.env.valid_actions(), task=self.task_id)
 
     def read(self) -> str | None:
         """The next non-empty input line, or None at end of input (or Ctrl-C)."""
@@ -96,7 +108,7 @@ class Session:
             return line[1:].strip() or None
         if not line.isdigit():
             return line
-        actions = self.env.valid_actions()
+        actions = self.valid_actions()
         if actions is None:
             return line
         if 1 <= int(line) <= len(actions):
@@ -106,7 +118,7 @@ class Session:
 
     def take(self, action: str) -> bool:
         """Step the environment and report; True when the episode is over."""
-        result = self.env.step(action)
+        result = contract.step(self.env, self.env.step(action), task=self.task_id)
         self.result.turns += 1
         self.result.reward += float(result.reward)
         self.say(f"Action: {action}")

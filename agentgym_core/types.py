@@ -94,6 +94,9 @@ class Trajectory:
     success: bool = False
     termination: Termination = Termination.DONE
     error: str | None = None
+    error_trace: str | None = None
+    """With `error`: the innermost frames of its traceback and its last line, at most
+    ~20 lines and 4 KB (of a call that timed out: where it still ran); None otherwise."""
     prompt_length: int = 0
     task_group: str = ""
     """A label for per-group reports (a BabyAI level, a crafting depth)."""

@@ -26,3 +26,23 @@ def tiny_model(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"tiny-{request.param}")
     init_model(corpus(), out, TinyModelConfig(chat_template=request.param, vocab_size=400))
     return AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+
+
+@pytest.fixture
+def cpu_contention():
+    """Busy-loop processes on every core for the test's duration: exactness must not need a
+    quiet machine (CI shares one)."""
+    import os
+    import subprocess
+    import sys
+
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        yield len(loops)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()

@@ -209,6 +209,11 @@ class ListedActionCrashes(GoodEnv):
         return super().step(action)
 
 
+class StepCrashes(GoodEnv):
+    def step(self, action):
+        raise ConnectionError("the simulator went away")
+
+
 class GarbageRaises(GoodEnv):
     def step(self, action):
         if action not in self.valid_actions():
@@ -268,7 +273,8 @@ BROKEN = [
     (IntDone, "step", "done must be a bool, got int"),
     (EmptyValidActions, "valid_actions", "non-empty list of str"),
     (TupleValidActions, "valid_actions", "non-empty list of str"),
-    (ListedActionCrashes, "valid_actions", "step('say purple') raised KeyError"),
+    (ListedActionCrashes, "step", "step('say purple') raised KeyError: 'purple' (at "),
+    (StepCrashes, "step", "raised ConnectionError: the simulator went away (at "),
     (GarbageRaises, "invalid_action", "raised ValueError: invalid action"),
     (GarbageSilent, "invalid_action", "explanatory observation"),
     (NoResetAfterDone, "reset_after_done", "raised RuntimeError: episode over"),
@@ -289,6 +295,25 @@ def test_a_broken_rule_is_named(cls, check, detail):
     assert check in CHECKS
     assert str(error).startswith(f"{cls.__name__} failed check {check!r}: ")
     assert detail in error.detail
+
+
+@pytest.mark.parametrize("cls", [StepCrashes, ListedActionCrashes])
+def test_an_exception_in_step_names_step_and_where_it_was_raised(cls):
+    with pytest.raises(EnvironmentCheckError) as caught:
+        check_environment(cls())
+    error = caught.value
+    assert error.check == "step"  # the method that raised, not the check that was running
+    line = next(n for n, text in enumerate(_source_lines(cls), 1) if "raise " in text)
+    assert f"(at test_check_environment.py:{line} in step)" in error.detail
+    listed = "; valid_actions() listed that action"
+    assert error.detail.endswith(listed)
+
+
+def _source_lines(cls):
+    import inspect
+
+    lines, start = inspect.getsourcelines(cls)
+    return [""] * (start - 1) + lines
 
 
 def test_every_check_has_a_broken_fake():

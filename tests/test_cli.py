@@ -139,6 +139,7 @@ def test_expert_data_is_agenttraj(tmp_path):
         str(out),
     )
     assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("6 episodes, success 1.00 -> ")  # a count, not 6.0
     items = json.loads(out.read_text())
     assert len(items) == 6 and items[0]["item_id"].startswith("babyai_")
     turns = items[0]["conversations"]
@@ -162,3 +163,83 @@ def test_shipped_eval_config_runs_without_scheduler_or_algorithm(tmp_path, model
     )
     assert result.returncode == 0, result.stderr
     assert "avg@2" in result.stdout and "GoToObj" in result.stdout
+
+
+# -- a new user's frictions (issue 31) ---------------------------------------------------
+
+
+def test_plugins_name_shows_each_option_with_type_default_and_description(capsys):
+    from agentgym_core.cli import main
+
+    assert main(["plugins", "grpo"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("algorithm grpo (agentgym-algo-grpo 0.1.0): ")
+    assert "  kl_coef: float, default 0.0\n      Weight of the k3 KL" in out
+    assert "  std: 'population' | 'sample' | 'none', default population\n" in out
+    assert main(["plugins", "fixed"]) == 0
+    assert (
+        "  max_turns: int, required\n      Turn limit of every episode" in capsys.readouterr().out
+    )
+    assert main(["plugins", "grpoo"]) == 2
+    assert "agentgym: error: no component is named 'grpoo'; installed: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve-env", "babyai", "--port", "1"],
+        ["env", "play", "babyai"],
+        ["model", "init", "--env", "babyai", "--out", "unused"],
+        ["data", "expert", "babyai", "--episodes", "1", "--out", "unused.json"],
+    ],
+)
+def test_o_is_the_env_option_flag_everywhere(command, capsys):
+    from agentgym_core.cli import main
+
+    assert main([*command, "-o", "levels=[NoSuchLevel]"]) == 2  # parsed, then validated
+    assert "env.levels" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("size", "says"),
+    [
+        ("hiden_size=32", "--size 'hiden_size=32': unknown key 'hiden_size'; valid keys: "),
+        ("hidden_size=abc", "--size: hidden_size: Input should be a valid integer"),
+        ("num_heads=3", "--size: hidden_size must be divisible by num_heads"),
+    ],
+)
+def test_a_bad_size_is_one_line(size, says, capsys, tmp_path):
+    from agentgym_core.cli import main
+
+    out = tmp_path / "model"
+    assert main(["model", "init", "--env", "babyai", "--out", str(out), "--size", size]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agentgym: error: {says}") and err.count("\n") == 1, err
+    if "valid keys" in says:
+        assert "hidden_size, num_layers, num_heads" in err
+    assert not out.exists()
+
+
+def test_docs_prints_the_guide_that_ships_in_the_package(capsys):
+    from importlib import resources
+
+    from agentgym_core.cli import main
+
+    guide = (resources.files("agentgym_core") / "docs" / "writing-an-env.md").read_text()
+    assert main(["docs", "writing-an-env"]) == 0
+    assert capsys.readouterr().out == guide
+    assert main(["docs"]) == 0
+    assert "writing-an-env" in capsys.readouterr().out
+    assert main(["docs", "nope"]) == 2
+    assert "no guide 'nope'; guides: writing-an-env" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "agentgym_core.cli", "plugins"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    reader.stdout.close()  # as `agentgym plugins | head -0` does
+    err = reader.stderr.read().decode()
+    assert reader.wait() == 141 and err == ""

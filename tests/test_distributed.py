@@ -180,7 +180,7 @@ def one_process(tmp_path_factory, gotoobj_model):
 
 
 @pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
-def test_two_ranks_train_and_resume_as_one_process(tmp_path, one_process, mode):
+def test_two_ranks_train_and_resume_as_one_process(tmp_path, one_process, mode, cpu_contention):
     config, single = one_process
     out = tmp_path / "two"
     _launch(config, mode, f"run.output_dir={out}", "trainer.steps=1")  # stop after one update ...

@@ -322,8 +322,70 @@ def test_agentgym_host_fixture_loads_the_installed_plugins(agentgym_host):
     loaded = agentgym_host.plugin_names()
     assert set(BUILTIN_PLUGINS) <= set(loaded)
     blocked = {n for n in os.environ.get("AGENTGYM_DISABLE_PLUGINS", "").split(",") if n}
-    if "AGENTGYM_LOAD_PLUGINS" not in os.environ:
-        assert {ep.name for ep in _installed()} - blocked <= set(loaded)
+    broken = {b.name for b in agentgym_host.broken}
+    if "AGENTGYM_LOAD_PLUGINS" not in os.environ:  # agentgym-core's own tests: every plugin
+        assert {ep.name for ep in _installed()} - blocked - broken <= set(loaded)
+
+
+def test_a_host_asked_for_some_plugins_says_why_the_others_are_missing(monkeypatch):
+    names = [ep.name for ep in _installed()]
+    if len(names) < 2:
+        pytest.skip("needs two installed agentgym plugins")
+    monkeypatch.delenv("AGENTGYM_LOAD_PLUGINS", raising=False)
+    monkeypatch.setenv("AGENTGYM_DISABLE_PLUGINS", names[1])
+    host = PluginHost(only=[names[0], names[1]], only_reason="asked for one")
+    assert host.plugin_names() == sorted([*BUILTIN_PLUGINS, names[0]])
+    assert host.registry.unavailable[names[1]].endswith("AGENTGYM_DISABLE_PLUGINS names it")
+    for left_out in names[2:]:
+        assert host.registry.unavailable[left_out].endswith("is not loaded: asked for one")
+    with pytest.raises(RegistryError, match=r"unknown policy 'nope'; installed: .*; asked for one"):
+        host.registry.get("policy", "nope")
+
+
+def test_options_read_as_people_write_them():
+    from typing import Literal
+
+    from pydantic import Field
+
+    from agentgym_core.registry import options
+
+    class Opts(BaseModel):
+        """Every shape of field."""
+
+        levels: list[str] | Literal["all"] = Field(["a", "b"], description="Which levels.")
+        top: int | None = None
+        mode: Literal["x", "y"] = "x"
+        needed: float = Field(description="No default.")
+        extra: dict[str, int] = Field(default_factory=dict)
+
+    rows = [(o.name, o.type, o.default, o.required, o.description) for o in options(Opts)]
+    assert rows == [
+        ("levels", "list[str] | 'all'", "[a, b]", False, "Which levels."),
+        ("top", "int | None", "null", False, ""),
+        ("mode", "'x' | 'y'", "x", False, ""),
+        ("needed", "float", "", True, "No default."),
+        ("extra", "dict[str, int]", "{}", False, ""),
+    ]
+
+
+def test_the_ini_option_names_the_plugins_the_fixtures_load(pytester):
+    if "fixed" not in {ep.name for ep in _installed()}:
+        pytest.skip("needs agentgym-sched-fixed")
+    pytester.makeini("[pytest]\nagentgym_plugins = fixed\n")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_only_fixed(agentgym_host):
+            assert agentgym_host.registry.names("scheduler") == ["fixed"]
+            assert agentgym_host.registry.names("environment") == []
+
+        @pytest.mark.agentgym_plugins("all")
+        def test_all(agentgym_host):
+            assert len(agentgym_host.plugin_names()) > 3
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 def test_tiny_model_dir_fixture_loads_offline(tiny_model_dir):

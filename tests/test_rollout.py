@@ -342,6 +342,38 @@ def test_env_pool_close_closes_every_instance_even_when_one_fails():
     assert sorted(closed) == ["a", "b", "c"]
 
 
+def test_env_pool_close_closes_instances_stopped_mid_episode_and_not_dropped_ones():
+    """A run stopped mid-episode still closes what was out; a hung close is left behind."""
+    import threading
+    import time
+
+    from agentgym_core.rollout.engine import EnvPool
+
+    closed = []
+    hang = threading.Event()
+
+    class Env(ColourEnv):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def close(self):
+            if self.name == "hung":
+                hang.wait()
+            closed.append(self.name)
+
+    names = iter(["idle", "out", "dropped", "hung"])
+    pool = EnvPool(lambda: Env(next(names)))
+    idle, out, dropped, hung = (pool.acquire() for _ in range(4))
+    pool.release(idle)
+    pool.drop(dropped)  # its owner closes it (`RolloutEngine._discard`)
+    start = time.monotonic()
+    pool.close(out_timeout_s=0.5)
+    assert time.monotonic() - start < 5
+    assert sorted(closed) == ["idle", "out"]
+    hang.set()
+
+
 def test_forced_action_tail_is_appended_without_forward_passes(tiny_model):
     """Once one allowed action remains, its remaining tokens cost no forward pass; log-prob 0."""
     import asyncio

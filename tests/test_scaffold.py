@@ -53,7 +53,13 @@ def test_an_empty_folder_is_filled(tmp_path, capsys):
     assert f'{NAME} = "agentgym_env_{NAME}.plugin"' in pyproject
     assert f'dependencies = ["{core_requirement()}"]' in pyproject
     assert "class GuessNumEnv:" in (package / "env.py").read_text()
-    assert "pip install -e" in capsys.readouterr().out
+    hint = capsys.readouterr().out
+    assert f"pip install -e '{tmp_path / 'pkg'}[test]'" in hint  # [test]: pytest, for its tests
+    assert "agentgym docs writing-an-env" in hint
+    readme = (tmp_path / "pkg" / "README.md").read_text()
+    assert "pip install -e '.[test]'" in readme and "agentgym docs writing-an-env" in readme
+    assert "docs/writing-an-env.md" not in readme, "the repository's docs are in no wheel"
+    assert 'test = ["pytest' in pyproject
 
 
 @pytest.mark.parametrize(
@@ -112,11 +118,33 @@ def test_the_generated_package_installs_lists_and_passes_its_tests(tmp_path):
     shutil.rmtree(tmp_path / "venv")
 
 
+GUIDE = Path(__file__).resolve().parent.parent / "agentgym_core" / "docs" / "writing-an-env.md"
+
+
+def test_the_env_guide_ships_in_the_package_and_docs_points_there():
+    stub = (GUIDE.parents[2] / "docs" / "writing-an-env.md").read_text()
+    assert "(../agentgym_core/docs/writing-an-env.md)" in stub
+    assert "agentgym docs writing-an-env" in stub
+    guide = GUIDE.read_text()
+    assert "pip install -e 'agentgym-env-guess[test]'" in guide
+    assert "](" not in guide, "a link in the guide leads nowhere when `agentgym docs` prints it"
+
+
 def test_the_env_guide_quotes_the_scaffold(tmp_path):
-    """Every Python and TOML sample of docs/writing-an-env.md is in `agentgym new env guess`."""
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "writing-an-env.md").read_text()
+    """Every Python and TOML sample of the env guide is in `agentgym new env guess`."""
+    doc = GUIDE.read_text()
     blocks = re.findall(r"^```(?:python|toml)\n(.*?)^```$", doc, re.M | re.S)
     written = "\n".join(p.read_text() for p in new_env("guess", tmp_path / "guess"))
     assert len(blocks) >= 8
     for block in blocks:
         assert block in written, f"not in the scaffold's output:\n{block}"
+
+
+def test_the_guide_is_package_data_of_the_core_wheel():
+    import tomllib
+
+    root = GUIDE.parents[2]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = data["package-data"]["agentgym_core"]
+    shipped = {p for pattern in patterns for p in (root / "agentgym_core").glob(pattern)}
+    assert GUIDE in shipped

@@ -61,7 +61,7 @@ def _train(path: Path, host: PluginHost, *overrides: str):
     return run_stage(resolved, host, show_progress=False)
 
 
-def test_resume_continues_exactly(tmp_path, babyai_model):
+def test_resume_continues_exactly(tmp_path, babyai_model, cpu_contention):
     host = PluginHost()
     straight = _train(_config(tmp_path, babyai_model, "straight"), host)
     interrupted = _config(tmp_path, babyai_model, "resumed")
@@ -246,7 +246,7 @@ class CrashAfterCheckpoint:
             raise KeyboardInterrupt(f"killed after checkpoint {step}")
 
 
-def test_stale_rollouts_record_their_age_and_resume_exactly(tmp_path, babyai_model):
+def test_stale_rollouts_record_their_age_and_resume_exactly(tmp_path, babyai_model, cpu_contention):
     """max_staleness 1: every batch after the first is one update old; a run killed after a
     checkpoint resumes with the rollout that was in flight, exactly as if never stopped."""
     keys = ["rollout/success_rate", "rollout/generated_tokens", "train/loss"]
@@ -281,7 +281,7 @@ def test_stale_rollouts_record_their_age_and_resume_exactly(tmp_path, babyai_mod
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
-def test_rollouts_in_a_process_give_the_thread_s_batches(tmp_path, babyai_model):
+def test_rollouts_in_a_process_give_the_thread_s_batches(tmp_path, babyai_model, cpu_contention):
     """trainer.rollout_worker: process plays in a child process exactly what a thread plays."""
     host = PluginHost()
     keys = ["rollout/success_rate", "rollout/generated_tokens", "rollout/staleness", "train/loss"]
@@ -311,3 +311,45 @@ def test_stale_rollouts_learn(tmp_path, babyai_model, untrained_success):
     after, _ = run_eval_stage(resolved, host, trained.checkpoint)
     print("stale 1: success before", untrained_success, "after", after["success_rate"])
     assert after["success_rate"] >= untrained_success + 0.15, (untrained_success, after)
+
+
+class JitteryBabyAI:
+    """BabyAI whose steps take a random few milliseconds: which requests share the sampler's
+    batch then changes from run to run, as it does on a loaded machine."""
+
+    @hookimpl
+    def agentgym_register_environments(self, register):
+        import random
+        import time
+
+        from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
+
+        class Jittery(BabyAIEnv):
+            def step(self, action):
+                time.sleep(random.random() * 0.01)
+                return super().step(action)
+
+        register("jittery-babyai", Jittery, config=BabyAIConfig)
+
+
+def test_stale_batches_weigh_the_same_however_the_sampler_batched_them(
+    tmp_path, babyai_model, agentgym_plugin
+):
+    """Behaviour log-probabilities recomputed in one packed pass (`behaviour_logprobs`, auto
+    for hf) depend on the batch alone: two stale runs whose sampler batched differently
+    (random env latency) train to the same bits; a resumed one too."""
+    host = agentgym_plugin(JitteryBabyAI(), name="jittery")
+    runs = []
+    for name in ("one", "two"):
+        config = _config(tmp_path, babyai_model, name, max_staleness=1, steps=3)
+        raw = yaml.safe_load(config.read_text())
+        raw["env"]["name"] = "jittery-babyai"
+        config.write_text(yaml.safe_dump(raw))
+        runs.append(_train(config, host))
+    one, two = runs
+    for a, b in zip(one.history, two.history, strict=True):
+        for key in ("train/loss", "train/importance_weight_mean", "train/grad_norm"):
+            assert a[key] == b[key], key  # bit for bit
+    x = AutoModelForCausalLM.from_pretrained(one.checkpoint).state_dict()
+    y = AutoModelForCausalLM.from_pretrained(two.checkpoint).state_dict()
+    assert all(torch.equal(x[k], y[k]) for k in x)

@@ -327,3 +327,58 @@ def test_view_is_a_subcommand():
 
     args = build_parser().parse_args(["view", "runs/x", "--port", "9000"])
     assert args.run_dir == "runs/x" and args.port == 9000 and args.func.__name__ == "cmd_view"
+
+
+def _partial_run(root: Path) -> Path:
+    """A hand-made run: one eval stage that lost 3 of 8 episodes to env errors, one traced."""
+    from agentgym_core.tracking.mlflow_tracker import MlflowTracker
+    from agentgym_core.types import Termination, Trajectory, Turn
+
+    run = root / "partial"
+    tracker = MlflowTracker(run, run_name="partial/exam", traces=False, log_trajectories=100)
+    metrics = {"success_rate": 0.8, "mean_reward": 0.8, "avg@k": 0.75, "pass@k": 1.0, "k": 2.0}
+    metrics.update(episodes=5.0, env_errors=3.0, partial=1.0)
+    metrics.update({"group/GoToObj/success_rate": 0.75, "group/GoToObj/episodes": 4.0})
+    metrics.update({"group/GoToObj/env_errors": 0.0, "group/GoToLocal/success_rate": 1.0})
+    metrics.update({"group/GoToLocal/episodes": 1.0, "group/GoToLocal/env_errors": 3.0})
+    tracker.agentgym_after_evaluation(step=0, split="test", metrics=metrics)
+    trace = (
+        '  File "agentgym_env_remote/client.py", line 262, in _send\n'
+        "    response = self._client.request(method, url, json=payload)\n"
+        "RemoteEnvError: POST /step: server unreachable (ConnectError: refused)"
+    )
+    episodes = [
+        Trajectory(task_id=1, group=1, task_group="GoToObj", success=True, reward=1.0,
+                   turns=[Turn("go forward", "You reached it.", 1.0, True)]),
+        Trajectory(task_id=2, group=2, task_group="GoToLocal", turns=[],
+                   termination=Termination.ENV_ERROR, error=trace.splitlines()[-1],
+                   error_trace=trace),
+    ]  # fmt: skip
+    tracker.log_episodes(0, episodes, split="test")
+    tracker.close()
+    return run
+
+
+def test_a_partial_evaluation_and_an_env_error_in_chromium(browser, tmp_path):
+    from agentgym_core.serve.runner import ServerThread
+    from agentgym_core.view.app import create_app
+
+    run = _partial_run(tmp_path)
+    with ServerThread(create_app(run, cache_dir=tmp_path / "cache")) as server:
+        browser.get(server.url + "/")
+        shot(browser, tmp_path / "partial.png", "Evaluations", "PARTIAL EVALUATION")
+        row = browser.find_element("css selector", "tr.partial").text
+        assert "0.8 PARTIAL" in row and "5 of 8" in row
+        note = browser.find_element("class name", "partial-note").text
+        assert "3 of 8 episodes ended in env_error" in note and "only the 5 measured" in note
+        marks = browser.find_elements("css selector", "tr.partial td .partial-mark")
+        assert len(marks) == 2  # the overall rate and GoToLocal's, not GoToObj's
+        browser.find_element("link text", "The env_error episodes").click()
+        shot(browser, tmp_path / "failed.png", "env_error")
+        browser.find_element("css selector", "table.episodes td a").click()
+        shot(browser, tmp_path / "error.png", "The environment failed", "in _send")
+        message = browser.find_element("class name", "error-message").text
+        assert message == "RemoteEnvError: POST /step: server unreachable (ConnectError: refused)"
+        shown = browser.find_element("css selector", "pre.trace").text
+        assert shown.splitlines()[0].strip().startswith('File "agentgym_env_remote/client.py"')
+        assert shown.splitlines()[-1] == message

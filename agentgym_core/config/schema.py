@@ -143,7 +143,11 @@ class RolloutConfig(_Block):
 
     concurrency: int = Field(64, gt=0, description="Most episodes in flight at once.")
     env_timeout_s: float = Field(
-        30.0, gt=0, description="Seconds an env call may take before the episode is env_error."
+        30.0,
+        gt=0,
+        description="Seconds one env call (reset, step, ...) may run; only a call still running "
+        "after that many seconds times out, making the episode env_error (a call that takes "
+        "exactly env_timeout_s is not a timeout).",
     )
     max_context_tokens: int = Field(
         1024, gt=0, description="Token budget of one episode (prompt, actions, observations)."
@@ -226,6 +230,16 @@ class TrainerConfig(_Block):
         description="Rollouts of the next updates play while the learner trains, on weights "
         "at most this many updates old (decoupled PPO corrects for it); 0: rollout, then "
         "update, in turn.",
+    )
+    behaviour_logprobs: Literal["auto", "recomputed", "sampler"] = Field(
+        "auto",
+        description="With max_staleness > 0: the behaviour log-probabilities decoupled PPO "
+        "weighs against. sampler: as the policy reported them; their last bits depend on which "
+        "requests shared a batch, so on timing. recomputed: one packed forward pass of the "
+        "sampling weights over the finished batch, the same however it was batched (exact "
+        "resume under any load). auto: recomputed for a policy that computes as the learner "
+        "does (hf), the engine's own numbers otherwise (vllm: the weight then also corrects "
+        "the engine's numerics).",
     )
     rollout_worker: Literal["thread", "process"] = Field(
         "thread",

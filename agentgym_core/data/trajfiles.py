@@ -334,7 +334,7 @@ def add_commands(data: argparse._SubParsersAction) -> None:
         help="env that rebuilds the opening prompt (tracker lines lack it); item ids "
         "become <env>_<task>",
     )
-    exp.add_argument("--env-option", action="append", help="env config key=value")
+    exp.add_argument("-o", "--env-option", action="append", help="env config key=value")
     exp.add_argument(
         "--plain", action="store_true", help="AgentTraj fields only (no `agentgym` metadata)"
     )

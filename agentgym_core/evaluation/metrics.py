@@ -6,7 +6,9 @@ Conventions shared by every function here:
 - Trajectories that ended in `Termination.ENV_ERROR` are infrastructure
   failures, not agent failures: they are dropped before any rate is computed
   and only counted (`env_errors`). A task whose samples all failed this way
-  has no samples and is left out of the per-task averages.
+  has no samples and is left out of the per-task averages. A result with env
+  errors is partial: every rate is over `episodes` of `episodes + env_errors`,
+  and whoever shows one says so (`measured`).
 - A sample *succeeds* when `Trajectory.success` is true.
 - Empty inputs give 0.0, never an error.
 """
@@ -87,16 +89,39 @@ def pass_at_k(trajectories: Iterable[Trajectory], k: int) -> float:
     )
 
 
+UNKNOWN_GROUP = "unknown"
+"""The group of an env_error episode whose task's group was never learnt."""
+
+
+def group_of(trajectories: Sequence[Trajectory]) -> list[str]:
+    """Each trajectory's `task_group` label for reports ('' for none).
+
+    An episode that failed before the env was asked its group (a reset that
+    raised) has no label: it counts in the group of its task's other samples,
+    else in `UNKNOWN_GROUP` when the env labels groups at all, so the group
+    rows add up to the whole. An episode the env gave no label keeps none.
+    """
+    known = {t.task_id: t.task_group for t in trajectories if t.task_group}
+    out = []
+    for t in trajectories:
+        name = t.task_group
+        if not name and known and t.termination == Termination.ENV_ERROR:
+            name = known.get(t.task_id, UNKNOWN_GROUP)
+        out.append(name)
+    return out
+
+
 def per_group(trajectories: Iterable[Trajectory], k: int) -> dict[str, dict[str, float]]:
-    """The same metrics per `task_group` label (trajectories without one are skipped).
+    """The same metrics per `task_group` label (see `group_of`; unlabelled ones are skipped).
 
     Returns `{group: {success_rate, mean_reward, avg@k, pass@k, episodes, env_errors}}`,
     groups sorted by name.
     """
+    trajectories = list(trajectories)
     groups: dict[str, list[Trajectory]] = {}
-    for t in trajectories:
-        if t.task_group:
-            groups.setdefault(t.task_group, []).append(t)
+    for t, name in zip(trajectories, group_of(trajectories), strict=True):
+        if name:
+            groups.setdefault(name, []).append(t)
     return {name: _core(groups[name], k) for name in sorted(groups)}
 
 
@@ -110,6 +135,12 @@ def _core(trajectories: Sequence[Trajectory], k: int) -> dict[str, float]:
         "episodes": float(len(counted)),
         "env_errors": float(len(trajectories) - len(counted)),
     }
+
+
+def measured(metrics: dict[str, float], prefix: str = "") -> tuple[int, int]:
+    """`(episodes measured, episodes played)` of a summary (or of `prefix`, e.g. a group)."""
+    episodes = int(metrics.get(f"{prefix}episodes", 0))
+    return episodes, episodes + int(metrics.get(f"{prefix}env_errors", 0))
 
 
 def summarize(trajectories: Iterable[Trajectory], k: int) -> dict[str, float]:

@@ -126,8 +126,12 @@ def env_corpus(
     instruction, every observation and every valid action offered. Where the
     action set is not enumerable (`valid_actions()` is None), actions are one
     to three random words seen so far, which is enough to draw the env's
-    answers to malformed or unknown actions into the corpus.
+    answers to malformed or unknown actions into the corpus. Every value is
+    checked by `rollout.contract`: a wrong type raises its
+    `EnvironmentContractError`, naming the env, the method and the fix.
     """
+    from agentgym_core.rollout import contract
+
     rng = random.Random(seed)
     texts: list[str] = []
     instructions: set[str] = set()
@@ -139,13 +143,15 @@ def env_corpus(
 
     for task_id in task_ids:
         for _ in range(episodes_per_task):
-            add(env.reset(task_id))
-            instruction = env.instruction()
-            if instruction not in instructions:
+            add(contract.text(env, "reset", env.reset(task_id), task=task_id))
+            instruction = contract.text(
+                env, "instruction", env.instruction(), optional=True, task=task_id
+            )
+            if instruction is not None and instruction not in instructions:
                 instructions.add(instruction)
                 add(instruction)
             for _ in range(max_turns):
-                actions = env.valid_actions()
+                actions = contract.actions(env, env.valid_actions(), task=task_id)
                 if actions:
                     for action in actions:
                         add(action)
@@ -153,7 +159,7 @@ def env_corpus(
                 else:
                     vocabulary = list(words) or ["look"]
                     action = " ".join(rng.choices(vocabulary, k=rng.randint(1, 3)))
-                result = env.step(action)
+                result = contract.step(env, env.step(action), task=task_id)
                 add(result.observation)
                 if result.done or result.truncated:
                     break

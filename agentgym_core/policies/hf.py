@@ -58,6 +58,9 @@ class HFPolicyConfig(BaseModel):
 class HFPolicy:
     """Generation with a transformers causal LM, shared with the learner on one device."""
 
+    computes_as_learner = True
+    """Its log-probabilities differ from the learner's only by how requests were batched."""
+
     def __init__(self, config: HFPolicyConfig, *, model: Any, tokenizer: Any) -> None:
         self.config = config
         self.model = model

@@ -1,9 +1,10 @@
 """The asynchronous multi-turn rollout engine.
 
-One asyncio task per episode. Environment calls run in a bounded thread pool
-with a timeout; generation requests go to the policy, which batches whatever
-is pending. An episode waiting on its environment never holds back another
-that could be generating: there is no per-turn barrier.
+One asyncio task per episode. Environment calls run on daemon threads, a
+bounded number at once, each with a timeout (one that never returns is left
+behind, never waited for); generation requests go to the policy, which
+batches whatever is pending. An episode waiting on its environment never
+holds back another that could be generating: there is no per-turn barrier.
 
 The turn loop (`_play`) is the only one, for token-level policies and chat
 APIs alike: what it keeps with the policy, token ids or messages, is the
@@ -32,15 +33,8 @@ from agentgym_core.rollout.conversation import (
     TokenDialogue,
 )
 from agentgym_core.rollout.frames import encode_frame
+from agentgym_core.rollout.threads import DaemonThreads, EnvThreads, error_trace
 from agentgym_core.types import Termination, Trajectory, Turn, round_robin
-
-
-class EnvCallTimeout(TimeoutError):
-    """An environment call ran longer than `env_timeout_s`; `pending` is the still-running call."""
-
-    def __init__(self, message: str, pending: concurrent.futures.Future) -> None:
-        super().__init__(message)
-        self.pending = pending
 
 
 class PolicyError(RuntimeError):
@@ -81,55 +75,10 @@ class EpisodeSpec:
     sample: int = 0
 
 
-class EnvThreads:
-    """Runs environment calls in threads: at most `size` at once, each timed from when it starts.
-
-    Python cannot stop a thread, so a call that times out keeps its thread but
-    gives up its slot; the executor has spare threads for those, and is replaced
-    once `size` of them are stuck, so hung environments never starve the rest.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.stuck = 0
-        self.seconds = 0.0
-        self._executor = self._new_executor()
-        self._slots: asyncio.Semaphore | None = None
-        self._slots_loop: asyncio.AbstractEventLoop | None = None
-
-    def _new_executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        return concurrent.futures.ThreadPoolExecutor(2 * self.size, "env")
-
-    def _slots_for(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
-        if self._slots is None or self._slots_loop is not loop:
-            self._slots, self._slots_loop = asyncio.Semaphore(self.size), loop
-        return self._slots
-
-    async def call(self, timeout_s: float, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)` in a thread; raises EnvCallTimeout after `timeout_s` of running."""
-        async with self._slots_for(asyncio.get_running_loop()):
-            start = time.perf_counter()
-            pending = self._executor.submit(fn, *args)
-            try:
-                return await asyncio.wait_for(
-                    asyncio.shield(asyncio.wrap_future(pending)), timeout_s
-                )
-            except TimeoutError as error:
-                self._mark_stuck()
-                name = getattr(fn, "__qualname__", fn)
-                raise EnvCallTimeout(f"{name} took longer than {timeout_s} s", pending) from error
-            finally:
-                self.seconds += time.perf_counter() - start
-
-    def _mark_stuck(self) -> None:
-        self.stuck += 1
-        if self.stuck >= self.size:
-            self._executor.shutdown(wait=False)  # stuck threads finish (or not) on their own
-            self._executor, self.stuck = self._new_executor(), 0
-
-    def shutdown(self) -> None:
-        """Stop accepting calls; queued ones are cancelled, running ones finish on their own."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+CLOSE_GRACE_S = 5.0
+"""At the end of a run, how long env calls still running (not yet late) may take to return."""
+OUT_CLOSE_S = 5.0
+"""At the end of a run, how long closing one instance stopped mid-episode may take."""
 
 
 def _close_quietly(env: Environment) -> None:
@@ -138,32 +87,58 @@ def _close_quietly(env: Environment) -> None:
 
 
 class EnvPool:
-    """Reusable environment instances; a broken one is closed and replaced."""
+    """Reusable environment instances; a broken one is closed and replaced.
+
+    The pool also knows the instances out on an episode, so that a run
+    stopped mid-episode (SIGTERM, Ctrl-C, an error elsewhere) closes those
+    too: an env that owns a process (a browser, a server) leaves none behind.
+    """
 
     def __init__(self, factory: Callable[[], Environment]) -> None:
         self._factory = factory
         self._idle: list[Environment] = []
+        self._out: dict[int, Environment] = {}
+        """id(env) -> env, for instances acquired and neither released nor dropped."""
         self.created = 0
 
     def acquire(self) -> Environment:
         """An idle instance, or a new one."""
         if self._idle:
-            return self._idle.pop()
-        self.created += 1
-        return self._factory()
+            env = self._idle.pop()
+        else:
+            self.created += 1
+            env = self._factory()
+        self._out[id(env)] = env
+        return env
 
     def release(self, env: Environment) -> None:
         """Return a healthy instance for reuse."""
+        self._out.pop(id(env), None)
         self._idle.append(env)
 
-    def close(self) -> None:
-        """Close every idle instance; the first failure is raised after all were tried."""
+    def drop(self, env: Environment) -> None:
+        """Forget a broken instance; whoever dropped it closes it."""
+        self._out.pop(id(env), None)
+
+    def close(self, out_timeout_s: float = OUT_CLOSE_S) -> None:
+        """Close every instance; the first failure is raised after all were tried.
+
+        Idle instances close here; those still out on an episode close on
+        daemon threads, all together given `out_timeout_s` (one may be hung in
+        a call, and its close with it).
+        """
         errors = []
         while self._idle:
             try:
                 self._idle.pop().close()
             except Exception as error:  # noqa: BLE001 - re-raised below, after the others
                 errors.append(error)
+        out, self._out = list(self._out.values()), {}
+        if out:
+            closer = DaemonThreads("env-close")
+            closing = [closer.submit(_close_quietly, env) for env in out]
+            concurrent.futures.wait(closing, timeout=out_timeout_s)
+            closer.shutdown()
         if errors:
             raise errors[0]
 
@@ -206,11 +181,15 @@ class RolloutEngine:
         return self.threads.seconds
 
     def close(self) -> None:
-        """Close environments and threads."""
+        """Close threads, then environments, those stopped mid-episode included.
+
+        Env calls still running get `CLOSE_GRACE_S` to return first, so an
+        instance caught starting its browser is whole when it is closed.
+        """
         try:
-            self.pool.close()
+            self.threads.shutdown(grace_s=CLOSE_GRACE_S)
         finally:
-            self.threads.shutdown()
+            self.pool.close()
 
     def run(self, episodes: Sequence[EpisodeSpec], settings: RolloutSettings) -> list[Trajectory]:
         """Play every episode; returns trajectories in the order of `episodes`."""
@@ -254,6 +233,7 @@ class RolloutEngine:
         except Exception as error:  # noqa: BLE001 - infrastructure failure, recorded not raised
             trajectory.termination = Termination.ENV_ERROR
             trajectory.error = f"{type(error).__name__}: {error}"
+            trajectory.error_trace = error_trace(error)
             await self._discard(env, settings, getattr(error, "pending", None))
         else:
             self.pool.release(env)
@@ -271,6 +251,7 @@ class RolloutEngine:
     ) -> None:
         """Close a broken instance off the event loop; a hung one once its call returns."""
         self._instructions.pop(id(env), None)
+        self.pool.drop(env)
         if pending is not None and not pending.done():
             pending.add_done_callback(lambda _: _close_quietly(env))
             return

@@ -15,6 +15,7 @@ from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, Policy
 from agentgym_core.learner import lora
 from agentgym_core.learner.critic import Critic, build_critic
+from agentgym_core.rollout import contract
 from agentgym_core.rollout.chat import set_chat_template_kwargs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -139,7 +140,7 @@ def build_components(resolved: Any) -> Components:
     policy_reg, policy_cfg = resolved.components["policy"]
 
     def env_factory() -> Environment:
-        return env_reg.factory(env_cfg)
+        return contract.label(env_reg.factory(env_cfg), env_reg.name)  # errors name `babyai`
 
     def policy_factory(model: Any, tokenizer: Any) -> Policy:
         return policy_reg.factory(policy_cfg, model=model, tokenizer=tokenizer)

@@ -7,6 +7,7 @@ from typing import Any
 
 from agentgym_core import distributed
 from agentgym_core.config.stages import Stage, expand_stages
+from agentgym_core.evaluation.metrics import measured
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.components import Components, build_components, load_configured_model
@@ -94,18 +95,89 @@ class EvalStage:
 
 
 def eval_table(metrics: dict[str, float], k: int) -> str:
-    """Overall and per-group results as a text table."""
+    """Overall and per-group results as a text table.
+
+    A partial result (episodes in env_error) opens with a PARTIAL line, and a
+    row with env errors shows its success rate with its episode count and
+    PARTIAL beside it: `0.571 (7 of 8 episodes, PARTIAL)`.
+    """
     groups = sorted({key.split("/")[1] for key in metrics if key.startswith("group/")})
-    keys = ["success_rate", "mean_reward", "avg@k", "pass@k", "episodes", "env_errors"]
+    keys = ["mean_reward", "avg@k", "pass@k", "episodes", "env_errors"]
     columns = ["group", "success_rate", "mean_reward", f"avg@{k}", f"pass@{k}", "episodes"]
     columns.append("env_errors")
 
     def row(name: str, prefix: str) -> dict[str, object]:
-        values = [metrics.get(prefix + key, 0.0) for key in keys]
-        return dict(zip(columns, [name, *values], strict=True))
+        values = [_value(metrics, prefix, key) for key in keys]
+        success = rate_cell(metrics, prefix)
+        return dict(zip(columns, [name, success, *values], strict=True))
 
     rows = [row("all", "")] + [row(group, f"group/{group}/") for group in groups]
-    return format_table(rows, columns)
+    return _with_heading(format_table(rows, columns), [partial_heading(metrics)])
+
+
+def rate_cell(metrics: dict[str, float], prefix: str = "") -> object:
+    """A success rate as a table cell: the number, or with its count and PARTIAL beside it."""
+    episodes, played = measured(metrics, prefix)
+    value = metrics.get(prefix + "success_rate") if episodes else None
+    if episodes == played:
+        return value
+    shown = "-" if value is None else f"{value:.3f}"
+    return f"{shown} ({episodes} of {played} episodes, PARTIAL)"
+
+
+def partial_heading(metrics: dict[str, float], name: str = "") -> str:
+    """The line above a partial result's table ('' when complete)."""
+    episodes, played = measured(metrics)
+    if episodes == played:
+        return ""
+    where = f"[{name}] " if name else ""
+    return (
+        f"{where}PARTIAL EVALUATION: {played - episodes} of {played} episodes ended in "
+        f"env_error; the rates below count only the {episodes} measured."
+    )
+
+
+RATES = ("success_rate", "mean_reward", "avg@k", "pass@k", "mean_turns")
+"""Metrics that are averages over measured episodes: none without one."""
+
+
+def eval_record(metrics: dict[str, float], note: str = "", last_error: str = "") -> dict:
+    """The JSON of `agentgym eval --json`: a partial result says so before any rate.
+
+    Keys in order: `partial` (bool), with a partial result `warning` (the
+    PARTIAL line) and `last_env_error`, then `episodes` (measured),
+    `episodes_played` and `env_errors`, then every metric; a rate over no
+    measured episode (a group all of whose episodes failed) is null, not 0.
+    """
+    episodes, played = measured(metrics)
+    partial = episodes != played or bool(metrics.get("partial"))
+    head: dict[str, object] = {"partial": partial}
+    if partial:
+        head["warning"] = note or partial_heading(metrics)
+        if last_error:
+            head["last_env_error"] = last_error
+    head.update(episodes=episodes, episodes_played=played, env_errors=played - episodes)
+    rest: dict[str, object] = {}
+    for key, value in metrics.items():
+        if key in head or key == "partial":
+            continue
+        prefix, _, name = key.rpartition("/")
+        empty = name in RATES and measured(metrics, prefix + "/" if prefix else "")[0] == 0
+        rest[key] = None if empty else value
+    return {**head, **rest}
+
+
+def _value(metrics: dict[str, float], prefix: str, key: str) -> float | int | None:
+    """A cell of a table row: counts as ints; a rate of no measured episode is None (`-`)."""
+    if key in ("episodes", "env_errors"):
+        return int(metrics.get(prefix + key, 0))
+    if measured(metrics, prefix)[0] == 0:
+        return None
+    return metrics.get(prefix + key, 0.0)
+
+
+def _with_heading(table: str, lines: list[str]) -> str:
+    return "\n".join([*(line for line in lines if line), table])
 
 
 def is_comparison(resolved: Any) -> bool:
@@ -128,7 +200,11 @@ def run_comparison(resolved: Any, host: PluginHost) -> list[tuple[Stage, dict[st
 
 
 def comparison_table(results: list[tuple[Stage, dict[str, float]]]) -> str:
-    """One row per stage: its policy, per-group success, then the overall metrics."""
+    """One row per stage: its policy, per-group success, then the overall metrics.
+
+    A stage with env errors shows its success rates as `eval_table` does,
+    and the table opens with a PARTIAL line for it.
+    """
     groups = sorted(
         {key.split("/")[1] for _, metrics in results for key in metrics if key.startswith("group/")}
     )
@@ -136,10 +212,12 @@ def comparison_table(results: list[tuple[Stage, dict[str, float]]]) -> str:
     for stage, metrics in results:
         root = stage.config.root
         row: dict[str, object] = {"stage": stage.name, "policy": root.policy.name, "k": root.eval.k}
-        row.update({g: metrics.get(f"group/{g}/success_rate") for g in groups})
-        row.update({key: metrics.get(key) for key in ("success_rate", "avg@k", "pass@k")})
-        row.update(episodes=metrics.get("episodes"), env_errors=metrics.get("env_errors"))
+        row.update({g: rate_cell(metrics, f"group/{g}/") for g in groups})
+        row["success_rate"] = rate_cell(metrics)
+        row.update({key: _value(metrics, "", key) for key in ("avg@k", "pass@k")})
+        row.update({key: _value(metrics, "", key) for key in ("episodes", "env_errors")})
         rows.append(row)
     columns = ["stage", "policy", *groups, "success_rate", "k", "avg@k", "pass@k"]
     columns += ["episodes", "env_errors"]
-    return format_table(rows, columns)
+    headings = [partial_heading(metrics, stage.name) for stage, metrics in results]
+    return _with_heading(format_table(rows, columns), headings)

@@ -130,7 +130,7 @@ def partial_note(metrics: dict[str, float], trajectories: list[Trajectory]) -> s
     return (
         f"PARTIAL EVALUATION: {len(failed)} of {len(trajectories)} episodes still ended in "
         f"env_error after eval.env_error_retries; last error: {recovery.last_error(failed)}. "
-        "The metrics above count only the other episodes."
+        f"The metrics above count only the other {len(trajectories) - len(failed)}."
     )
 
 

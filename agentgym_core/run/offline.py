@@ -212,7 +212,13 @@ class StageData:
             except ValueError as exc:
                 raise self.error("expert.split", str(exc)) from None
             try:
-                run = expert_items(env, registration.name, tasks, max_turns=max_turns)
+                run = expert_items(
+                    env,
+                    registration.name,
+                    tasks,
+                    max_turns=max_turns,
+                    timeout_s=self.resolved.root.rollout.env_timeout_s,
+                )
             except TypeError as exc:
                 raise self.error("expert", str(exc)) from None
         finally:

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from agentgym_core import distributed
+from agentgym_core.learner.forward import token_logprobs
+from agentgym_core.learner.packing import pack, unpack
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import (
     EnvironmentDown,
@@ -29,6 +33,7 @@ from agentgym_core.run import recovery
 from agentgym_core.run.components import Components
 from agentgym_core.run.evaluate import evaluation_tasks
 from agentgym_core.run.metrics import rollout_metrics
+from agentgym_core.run.runtime import share_rows
 from agentgym_core.types import TrajectoryBatch
 
 Played = tuple[dict[str, float], TrajectoryBatch]
@@ -90,6 +95,9 @@ class RolloutStep:
     engine: RolloutEngine
     train_tasks: list[int]
     newest: Callable[[], Path]
+    recompute_with: Any | None = None
+    """A model holding the sampling weights: the batch's behaviour log-probabilities are its
+    packed forward pass over the finished batch (`recompute_behaviour`), not the sampler's."""
 
     def __call__(self, step: int, history: list[dict[str, float]]) -> Played:
         """The update's metrics and batch, once enough of its episodes reached the env."""
@@ -98,6 +106,8 @@ class RolloutStep:
             metrics, batch = self.play(step, history)
             failed = recovery.env_errors(batch.trajectories)
             if not recovery.is_outage(len(failed), len(batch), self.root.trainer.outage_fraction):
+                if self.recompute_with is not None:
+                    recompute_behaviour(self.recompute_with, batch, self.root)
                 return metrics, batch
             recovery_s = self.root.rollout.env_recovery_s
             deadline = deadline or time.monotonic() + recovery_s
@@ -144,7 +154,49 @@ def build_rollout_step(
     policy = components.policy_factory(model, tokenizer)
     engine = make_engine(components, policy, tokenizer, model, root)
     train_tasks = evaluation_tasks(components.env_factory, "train", None)
-    return RolloutStep(root, components, engine, train_tasks, newest), policy
+    step = RolloutStep(root, components, engine, train_tasks, newest)
+    if recomputes_behaviour(root, policy):
+        step.recompute_with = model
+    return step, policy
+
+
+def recomputes_behaviour(root: Any, policy: Any) -> bool:
+    """Whether stale rollouts' behaviour log-probabilities are recomputed (`behaviour_logprobs`)."""
+    mode = root.trainer.behaviour_logprobs
+    if not root.trainer.max_staleness or mode == "sampler":
+        return False
+    return mode == "recomputed" or bool(getattr(policy, "computes_as_learner", False))
+
+
+@torch.no_grad()
+def recompute_behaviour(model: Any, batch: TrajectoryBatch, root: Any) -> None:
+    """Set each trainable trajectory's `logprobs` to `model`'s, in one packed pass.
+
+    A sampler's log-probabilities vary in their last bits with which requests
+    shared a batch, which depends on timing; this pass depends only on the
+    batch, so a resumed run weighs its stale batches exactly as the first run
+    did. It is part of playing the rollout: the trajectory leaves the source
+    with these values, and nothing changes them later.
+    """
+    trajectories = batch.trainable
+    if not trajectories:
+        return
+    trainer = root.trainer
+    was_training = model.training
+    model.eval()
+    try:
+        rows = share_rows(trainer.packing, model)
+        for mb in pack(
+            trajectories,
+            row_tokens=trainer.row_tokens,
+            micro_batch_tokens=trainer.micro_batch_tokens,
+            share_rows=rows,
+        ):
+            logprobs, _ = token_logprobs(model, mb, root.rollout.temperature)
+            for index, values in unpack(mb, logprobs, trajectories).items():
+                trajectories[index].logprobs = values
+    finally:
+        model.train(was_training)
 
 
 def say(text: str) -> None:

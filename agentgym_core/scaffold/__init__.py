@@ -1,7 +1,7 @@
 """`agentgym new env NAME --out DIR`: write a package for a third-party environment plugin.
 
-The package is complete as written: `pip install -e DIR` makes `agentgym
-plugins` list NAME, and its tests (the core's `check_environment` and pytest
+The package is complete as written: `pip install -e 'DIR[test]'` makes
+`agentgym plugins` list NAME, and its tests (the core's `check_environment` and pytest
 fixtures) pass. It holds a toy game (guess the number) with train/test
 splits, task groups, `valid_actions` and `expert_action`, to be replaced by
 the author's own. The files are the templates under `templates/env/`, with
@@ -98,8 +98,10 @@ def cmd_new_env(args: argparse.Namespace) -> int:
     for path in files:
         print(f"  {path}")
     print(
-        f"next: pip install -e {out} && agentgym plugins   # lists {args.name}\n"
-        f"      cd {out} && python -m pytest                 # the generated tests"
+        f"next: pip install -e '{out}[test]' && agentgym plugins   # lists {args.name}; "
+        "[test]: pytest\n"
+        f"      cd {out} && python -m pytest                 # the generated tests\n"
+        "      agentgym docs writing-an-env                  # the guide, method by method"
     )
     return 0
 

@@ -13,7 +13,10 @@ kept. `strict=True` (`--strict`): real status codes with FastAPI's
 `{"detail": [{"loc": [...], "msg": ..., "type": ...}]}` body naming the field
 (404 unknown id, 409 episode state, 422 task refused, 500 env failure), and
 one behaviour for every env. Both modes: 422 for malformed bodies, 503 when
-`max_sessions` are open, 504 when an env call passes `env_timeout_s`.
+`max_sessions` are open, 504 when an env call passes `env_timeout_s`, 500 with
+a `contract_violation` body when an env method returns what the Environment
+protocol does not allow, and an `X-AgentGym-Instance` header on every reply
+(see `instance`).
 
 Extensions a client may use and AgentGym's ignore: replies carry
 `available_actions`, `task_group` and `info`; `GET /info`, `/tasks?split=`,
@@ -25,18 +28,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from agentgym_core import __version__
 from agentgym_core.interfaces import Environment
-from agentgym_core.serve.dialects import EnvError, answer, dialect_for, env_failure
+from agentgym_core.serve.dialects import (
+    ContractViolation,
+    EnvError,
+    answer,
+    dialect_for,
+    env_failure,
+)
+from agentgym_core.serve.instance import InstanceStamp, new_instance
 from agentgym_core.serve.models import (
     MAX_TASK_ID,
     CreateRequest,
     CreateResponse,
+    DetailResponse,
     ErrorReply,
     IdRequest,
     InfoResponse,
@@ -49,11 +60,14 @@ from agentgym_core.serve.models import (
     StepResponse,
     TasksResponse,
     render_payload,
+    request_bodies,
 )
 from agentgym_core.serve.server import EnvServer
 from agentgym_core.serve.sessions import Phase, SessionStore, using
 
 __all__ = ["create_app"]
+
+_Route = TypeVar("_Route", bound=Callable[..., Any])
 
 
 def create_app(
@@ -99,7 +113,12 @@ def create_app(
     async def on_env_error(_: Request, error: EnvError) -> JSONResponse:
         return answer(error, strict)
 
+    async def on_violation(_: Request, error: ContractViolation) -> JSONResponse:
+        return error.response()
+
     app.add_exception_handler(EnvError, on_env_error)
+    app.add_exception_handler(ContractViolation, on_violation)
+    app.add_middleware(InstanceStamp, server=server)
     _session_routes(app, server)
     _play_routes(app, server)
     _meta_routes(app, server, can_render)
@@ -111,6 +130,7 @@ def _lifespan(server: EnvServer) -> Callable[[FastAPI], Any]:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        server.instance = new_instance()  # a new life: no session of the last one is here
         reaper = asyncio.create_task(server.reaper())
         try:
             yield
@@ -128,6 +148,21 @@ def _reply(server: EnvServer, model: Any) -> Any:
     return model if server.dialect.strict else model | ErrorReply
 
 
+def _body(model: type[Any]) -> Callable[[_Route], _Route]:
+    """Give a route's `body` parameter this mode's model (a subclass of the annotated one)."""
+
+    def declare(route: _Route) -> _Route:
+        route.__annotations__["body"] = model
+        return route
+
+    return declare
+
+
+def _id_query(server: EnvServer) -> Any:
+    """The `?id=` parameter: bounded when strict, any integer as AgentGym's servers take."""
+    return Query(ge=0, le=MAX_TASK_ID) if server.dialect.strict else Query()
+
+
 def _refusals(server: EnvServer, codes: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     """OpenAPI notes of the status codes a route answers in strict mode (else 200 errors)."""
     if not server.dialect.strict:
@@ -136,7 +171,7 @@ def _refusals(server: EnvServer, codes: dict[int, str]) -> dict[int | str, dict[
 
 
 def _session_routes(app: FastAPI, server: EnvServer) -> None:
-    store = server.store
+    store, bodies = server.store, request_bodies(server.dialect.strict)
     gone = "Unknown session id (the body names the field)."
 
     @app.get("/")
@@ -170,19 +205,28 @@ def _session_routes(app: FastAPI, server: EnvServer) -> None:
         response_model=_reply(server, observed),
         responses=_refusals(server, {404: gone, 409: "Not reset yet."}),
     )
-    async def observation(id: int = Query(ge=0, le=MAX_TASK_ID)) -> Any:  # noqa: A002
+    async def observation(id: int = _id_query(server)) -> Any:  # noqa: A002
         """The last observation of session `id` (TextCraft's and SciWorld's: a bare string)."""
         session = server.session(id, "query")
         server.require_phase(session, Phase.RUNNING, Phase.DONE, where="query")
         return server.observation(session)
 
     @app.post("/close", responses=_refusals(server, {404: gone}))
+    @_body(bodies.close)
     async def close(body: IdRequest) -> bool:
         """Close session `id`: `true`, then `false` for a closed or unknown id (404 if strict)."""
         return await server.close(body.id)
 
+    if server.dialect.has_detail:
+
+        @app.get("/detail", response_model=_reply(server, DetailResponse))
+        async def detail(id: int = _id_query(server)) -> Any:  # noqa: A002
+            """TextCraft's: the last reply of session `id` (`observation`, `done`, `reward`)."""
+            return server.detail(server.session(id, "query"))
+
 
 def _play_routes(app: FastAPI, server: EnvServer) -> None:
+    bodies = request_bodies(server.dialect.strict)
     gone = "Unknown session id (the body names the field)."
 
     @app.post(
@@ -190,16 +234,18 @@ def _play_routes(app: FastAPI, server: EnvServer) -> None:
         response_model=_reply(server, ResetResponse),
         responses=_refusals(server, {404: gone, 422: "A bad field, or a task the env refuses."}),
     )
+    @_body(bodies.reset)
     async def reset(body: ResetRequest) -> Any:
         """Start episode `data_idx`; allowed in any phase."""
         async with using(server.session(body.id)) as session:
-            return await server.start_episode(session, body.data_idx)
+            return await server.reset(session, body.data_idx)
 
     @app.post(
         "/step",
         response_model=_reply(server, StepResponse),
         responses=_refusals(server, {404: gone, 409: "Not reset, or done."}),
     )
+    @_body(bodies.step)
     async def step(body: StepRequest) -> Any:
         """Apply one action; refused before the first reset and (but TextCraft's) after done."""
         async with using(server.session(body.id)) as session:
@@ -228,6 +274,7 @@ def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool | None) -> No
             idle_timeout_s=server.idle_timeout_s,
             can_render=has_render(await server.probe()) if can_render is None else can_render,
             strict=server.dialect.strict,
+            instance=server.instance,
         )
 
     @app.get("/tasks")
@@ -240,8 +287,7 @@ def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool | None) -> No
     @app.get("/instruction")
     async def instruction() -> InstructionResponse:
         """The environment's own instruction prompt."""
-        env = await server.probe()
-        return InstructionResponse(instruction=await store.call(env.instruction))
+        return InstructionResponse(instruction=await server.instruction())
 
     if can_render is False:
         return
@@ -251,7 +297,7 @@ def _meta_routes(app: FastAPI, server: EnvServer, can_render: bool | None) -> No
         response_model=_reply(server, RenderResponse),
         responses=_refusals(server, {404: "Unknown session id, or an env without render()."}),
     )
-    async def render(id: int = Query(ge=0, le=MAX_TASK_ID)) -> Any:  # noqa: A002
+    async def render(id: int = _id_query(server)) -> Any:  # noqa: A002
         """A drawing of session `id`'s current state."""
         async with using(server.session(id, "query")) as session:
             server.require_phase(session, Phase.RUNNING, Phase.DONE, where="query")

@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--host", default=DEFAULT_HOST, help="interface to bind (default loopback only)"
     )
     serve.add_argument("--port", type=int, default=36001)
-    serve.add_argument("--env-option", action="append", help="env config key=value")
+    serve.add_argument("-o", "--env-option", action="append", help="env config key=value")
     serve.add_argument(
         "--idle-timeout", type=float, default=600.0, help="close sessions idle this many seconds"
     )

@@ -11,12 +11,14 @@ clients that would rather have them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
+from agentgym_core.rollout import contract
 from agentgym_core.serve.sessions import EnvCallTimeout, Phase, Session
 
 
@@ -34,11 +36,25 @@ class Dialect:
     """`/create` starts episode `data_idx = id` and answers its observation (TextCraft)."""
     bare_observation: bool = False
     """`GET /observation` answers a JSON string, not an object (TextCraft, SciWorld)."""
+    wraps_task_ids: bool = False
+    """Any integer `data_idx` is taken modulo the number of tasks, negative ones too (TextCraft)."""
+    close_needs_reset: bool = False
+    """`/close` of an id never reset answers `false` and keeps the id (BabyAI)."""
+    reset_says_deleted: bool = False
+    """The reset reply carries `"deleted": false` (BabyAI)."""
+    has_detail: bool = False
+    """`GET /detail?id=` answers the last reply's fields plus `deleted` (TextCraft)."""
 
     @property
     def greeting(self) -> str:
         """What AgentGym's servers answer on `GET /`."""
         return f"This is environment {self.name}."
+
+    def number(self, value: float) -> int | float:
+        """A reward or score as sent: AgentGym's servers send whole numbers as integers."""
+        if not self.strict and math.isfinite(value) and value == int(value):
+            return int(value)
+        return value
 
     def step_phases(self) -> tuple[Phase, ...]:
         """Phases in which `/step` is served."""
@@ -48,9 +64,14 @@ class Dialect:
 
 
 AGENTGYM_DIALECTS = {
-    "babyai": Dialect("BabyAI"),
+    "babyai": Dialect("BabyAI", close_needs_reset=True, reset_says_deleted=True),
     "textcraft": Dialect(
-        "TextCraft", locks_when_done=False, resets_on_create=True, bare_observation=True
+        "TextCraft",
+        locks_when_done=False,
+        resets_on_create=True,
+        bare_observation=True,
+        wraps_task_ids=True,
+        has_detail=True,
     ),
     "sciworld": Dialect("ScienceWorld", bare_observation=True),
     "search": Dialect("SearchQA"),
@@ -144,3 +165,62 @@ def env_failure(env_name: str, doing: str, error: BaseException) -> NoReturn:
     raise EnvError(
         500, f"environment {env_name}: {doing} raised {type(error).__name__}: {error}"
     ) from error
+
+
+# -- contract violations: the same 500 in every mode ---------------------------------------
+
+_FIXES = {
+    "reset": "reset(task_id) must return the first observation as a str",
+    "step": "step(action) must return agentgym_core.types.StepResult(observation: str, "
+    "reward: float, done: bool, truncated: bool = False, info: dict = {})",
+    "valid_actions": "valid_actions() must return None (actions not enumerable) or a list of str",
+    "task_group": "task_group(task_id) must return a str, such as the task's level",
+    "instruction": "instruction() must return the instruction prompt as a str",
+}
+_GYMNASIUM_FIX = (
+    "; a Gymnasium (observation, reward, terminated, truncated, info) tuple becomes "
+    "StepResult(observation, reward, terminated, truncated, info)"
+)
+
+
+class ContractViolation(Exception):
+    """An env method returned what the Environment protocol does not allow.
+
+    Not the env failing (it did not raise) nor the client's fault, but a bug in
+    the env's plugin: answered as HTTP 500 in every mode, with a body that names
+    the env, the method, the type of the value and the fix.
+    """
+
+    def __init__(
+        self, env_name: str, method: str, value: Any, error: contract.EnvironmentContractError
+    ) -> None:
+        fix = _FIXES[method]
+        if method == "step" and isinstance(value, tuple) and len(value) == 5:
+            fix += _GYMNASIUM_FIX
+        message = f"environment {env_name} broke the Environment contract: {error}"
+        super().__init__(message)
+        self.body = {
+            "detail": message,
+            "contract_violation": {
+                "env": env_name,
+                "method": f"{method}()",
+                "value_type": type(value).__name__,
+                "fix": fix,
+            },
+        }
+
+    def response(self) -> JSONResponse:
+        """HTTP 500 with the body above."""
+        return JSONResponse(status_code=500, content=self.body)
+
+
+def checked(env_name: str, env: Any, method: str, value: Any) -> Any:
+    """`value` as `method` returned it, checked by the rollout engine's own contract checks."""
+    try:
+        if method == "step":
+            return contract.step(env, value)
+        if method == "valid_actions":
+            return contract.actions(env, value)
+        return contract.text(env, method, value)
+    except contract.EnvironmentContractError as error:
+        raise ContractViolation(env_name, method, value, error) from error

@@ -10,18 +10,27 @@ import base64
 import io
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_TASK_ID = 2**53 - 1
-"""Largest `data_idx` accepted (what a JSON number holds exactly)."""
+"""Largest id or `data_idx` accepted in strict mode (what a JSON number holds exactly)."""
 MAX_ACTION_CHARS = 20_000
-"""Longer actions are refused with 422: no agent turn is that long."""
+"""Strict mode refuses longer actions with 422: no agent turn is that long."""
 _ID = Field(ge=0, le=MAX_TASK_ID, description="The session id `POST /create` returned.")
+Number = int | float
+"""A reward or score: AgentGym's servers send 0 and 1 as integers, minigrid's rewards as floats."""
 
 
 # -- bodies -------------------------------------------------------------------------------
+#
+# Two sets of request bodies, one per answering mode. AgentGym's mode takes what
+# AgentGym's FastAPI servers take: any integer id and `data_idx` (the env decides),
+# any action length, unknown fields ignored. Strict mode bounds each field and
+# refuses unknown ones, with FastAPI's 422 naming the field. The strict bodies
+# subclass the AgentGym ones, so a route is typed once for both.
 
 
 class CreateRequest(BaseModel):
@@ -37,36 +46,79 @@ class CreateResponse(BaseModel):
     observation: str = Field(
         "", description="Empty until the first reset; TextCraft's (AgentGym mode) is reset already."
     )
-    reward: float = Field(0.0, description="Always 0.")
+    reward: Number = Field(0, description="Always 0.")
     done: bool = Field(False, description="Always false.")
 
 
 class IdRequest(BaseModel):
     """A body naming a session."""
 
-    model_config = ConfigDict(extra="forbid")
-    id: int = _ID
+    model_config = ConfigDict(extra="ignore")
+    id: int = Field(description="The session id `POST /create` returned.")
 
 
 class ResetRequest(IdRequest):
     """Start the episode `data_idx` in session `id`."""
 
-    data_idx: int = Field(0, ge=0, le=MAX_TASK_ID, description="Task id of the environment.")
+    data_idx: int = Field(0, description="Task id of the environment.")
 
 
 class StepRequest(IdRequest):
     """Apply one action in session `id`."""
 
+    action: str = Field(description="The action text.")
+
+
+class StrictIdRequest(IdRequest):
+    """A body naming a session (strict mode: no unknown fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: int = _ID
+
+
+class StrictResetRequest(ResetRequest):
+    """Start the episode `data_idx` in session `id` (strict mode)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: int = _ID
+    data_idx: int = Field(0, ge=0, le=MAX_TASK_ID, description="Task id of the environment.")
+
+
+class StrictStepRequest(StepRequest):
+    """Apply one action in session `id` (strict mode: at most `MAX_ACTION_CHARS`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: int = _ID
     action: str = Field(max_length=MAX_ACTION_CHARS, description="The action text.")
 
 
-class ResetResponse(BaseModel):
-    """The first observation of an episode (AgentGym's fields plus ours)."""
+@dataclass(frozen=True)
+class Bodies:
+    """The request bodies of one answering mode."""
 
+    close: type[IdRequest]
+    reset: type[ResetRequest]
+    step: type[StepRequest]
+
+
+def request_bodies(strict: bool) -> Bodies:
+    """Strict mode's bounded bodies, or the lenient ones AgentGym's servers take."""
+    if strict:
+        return Bodies(StrictIdRequest, StrictResetRequest, StrictStepRequest)
+    return Bodies(IdRequest, ResetRequest, StepRequest)
+
+
+class ResetResponse(BaseModel):
+    """The first observation of an episode (AgentGym's fields plus ours).
+
+    AgentGym's mode adds what that env's server adds (BabyAI's `deleted: false`).
+    """
+
+    model_config = ConfigDict(extra="allow")
     id: int = Field(description="The session id (TextCraft's server echoes it).")
     observation: str = Field(description="Goal and initial state.")
-    reward: float = Field(0.0, description="Always 0 on reset.")
-    score: float = Field(0.0, description="Sum of rewards so far: 0 on reset.")
+    reward: Number = Field(0, description="Always 0 on reset.")
+    score: Number = Field(0, description="Sum of rewards so far: 0 on reset.")
     done: bool = Field(False, description="Always false on reset.")
     available_actions: list[str] | None = Field(
         None, description="Every valid action, where the environment enumerates them."
@@ -78,8 +130,8 @@ class StepResponse(BaseModel):
     """What one action did."""
 
     observation: str = Field(description="What the environment answered.")
-    reward: float = Field(description="Reward of this step.")
-    score: float = Field(description="Sum of the episode's rewards so far.")
+    reward: Number = Field(description="Reward of this step.")
+    score: Number = Field(description="Sum of the episode's rewards so far.")
     done: bool = Field(
         description="The episode is over; step is refused until the next reset (not by TextCraft)."
     )
@@ -94,9 +146,18 @@ class ObservationResponse(BaseModel):
     """The current observation of a session (BabyAI's server answers this object)."""
 
     observation: str = Field(description="The last observation sent to the client.")
-    reward: float = Field(0.0, description="Reward of the last step (0 after a reset).")
-    score: float = Field(0.0, description="Sum of the episode's rewards so far.")
+    reward: Number = Field(0, description="Reward of the last step (0 after a reset).")
+    score: Number = Field(0, description="Sum of the episode's rewards so far.")
     done: bool = Field(False, description="The episode is over.")
+
+
+class DetailResponse(BaseModel):
+    """TextCraft's `GET /detail` (AgentGym's mode): the session's last reply."""
+
+    observation: str = Field(description="The last observation.")
+    done: bool = Field(description="Whether the last step ended the episode.")
+    reward: Number = Field(description="Reward of the last step (0 after a reset).")
+    deleted: bool = Field(False, description="Always false: closed ids are unknown.")
 
 
 class ErrorReply(BaseModel):
@@ -124,6 +185,9 @@ class InfoResponse(BaseModel):
     idle_timeout_s: float = Field(description="Sessions idle this long are closed.")
     can_render: bool = Field(description="Whether `GET /render` exists.")
     strict: bool = Field(description="Errors as status codes (`--strict`), not AgentGym's 200s.")
+    instance: str = Field(
+        description="Random per server start, also in every reply's `X-AgentGym-Instance` header."
+    )
 
 
 class TasksResponse(BaseModel):

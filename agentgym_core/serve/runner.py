@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -32,7 +34,9 @@ def build_app(
     )
 
     def factory() -> Any:
-        return registration.factory(config)
+        from agentgym_core.rollout import contract
+
+        return contract.label(registration.factory(config), registration.name)
 
     if "can_render" not in app_options and isinstance(registration.factory, type):
         app_options["can_render"] = has_render(registration.factory)
@@ -100,8 +104,35 @@ class ServerThread:
         self.stop()
 
 
+GRACEFUL_SHUTDOWN_S = 5
+"""On SIGTERM/SIGINT, how long requests in flight may finish before they are cancelled."""
+
+
 def serve(app: Any, host: str = DEFAULT_HOST, port: int = 36001, log_level: str = "info") -> None:
-    """Serve in the foreground until interrupted."""
+    """Serve in the foreground until interrupted (SIGINT, SIGTERM).
+
+    Requests in flight get `GRACEFUL_SHUTDOWN_S` to finish, open sessions a
+    moment to close. An env call that never returns cannot be stopped (it runs
+    in a thread) and Python waits for every pool thread at exit, so the process
+    then exits without waiting (the app's shutdown says so in one line).
+    """
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    code = 0
+    try:
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
+    except KeyboardInterrupt:  # uvicorn raises SIGINT again once it has shut down
+        code = 130
+        raise
+    finally:
+        server = getattr(app.state, "env_server", None)
+        if server is not None and server.store.running:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)

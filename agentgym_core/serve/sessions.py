@@ -14,6 +14,7 @@ import contextlib
 import enum
 import itertools
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ class Phase(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     """The episode ended: step is refused until the next reset (not by TextCraft's dialect)."""
+
+
+SHUTDOWN_CLOSE_S = 2.0
+"""On shutdown, how long closing the open sessions may take before they are left behind."""
 
 
 class UnknownSession(KeyError):
@@ -51,6 +56,8 @@ class Session:
     busy: int = 0
     """Requests in flight: a busy session is never reaped."""
     phase: Phase = Phase.CREATED
+    was_reset: bool = False
+    """Some reset succeeded (BabyAI's server keeps an id never reset on `/close`)."""
     observation: str = ""
     reward: float = 0.0
     """Reward of the last step (0 after a reset)."""
@@ -82,19 +89,32 @@ class SessionStore:
         self.executor = concurrent.futures.ThreadPoolExecutor(threads, "agentgym-env")
         self.created = 0
         self.closed = 0
+        self._running = 0
+        self._running_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._sessions)
 
+    @property
+    def running(self) -> int:
+        """Environment calls whose thread has not returned (timed-out ones included)."""
+        return self._running
+
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a blocking environment call in the pool, bounded by `env_timeout_s`."""
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self.executor, fn, *args)
+        job = self.executor.submit(fn, *args)
+        with self._running_lock:
+            self._running += 1
+        job.add_done_callback(self._returned)  # when its thread returns, not when we stop waiting
         try:
-            return await asyncio.wait_for(future, self.env_timeout_s)
+            return await asyncio.wait_for(asyncio.wrap_future(job), self.env_timeout_s)
         except TimeoutError as error:
             name = getattr(fn, "__qualname__", repr(fn))
             raise EnvCallTimeout(f"{name} took longer than {self.env_timeout_s} s") from error
+
+    def _returned(self, _: concurrent.futures.Future[Any]) -> None:
+        with self._running_lock:
+            self._running -= 1
 
     async def create(self) -> Session:
         """Build a new environment (in the pool) and register it under a fresh id."""
@@ -133,11 +153,21 @@ class SessionStore:
                 await self.close(session_id)
         return stale
 
-    async def close_all(self) -> None:
-        """Close every session, then the thread pool (server shutdown)."""
-        for session_id in list(self._sessions):
-            with contextlib.suppress(UnknownSession):
+    async def close_all(self, timeout_s: float = SHUTDOWN_CLOSE_S) -> None:
+        """Close every session, waiting `timeout_s` at most, then the thread pool (shutdown).
+
+        An env stuck in a call may never close: it is left behind, not waited for.
+        """
+
+        async def close(session_id: int) -> None:
+            with contextlib.suppress(UnknownSession):  # closed meanwhile by its client
                 await self.close(session_id)
+
+        closing = [asyncio.ensure_future(close(sid)) for sid in list(self._sessions)]
+        if closing:
+            _, late = await asyncio.wait(closing, timeout=timeout_s)
+            for task in late:
+                task.cancel()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 

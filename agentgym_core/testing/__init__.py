@@ -3,7 +3,11 @@
 `check_environment` checks an Environment plugin against the protocol; the
 pytest fixtures (`agentgym_plugin`, `agentgym_host`, `tiny_model_dir`,
 `agentgym_tiny_model`, `agentgym_train`) load automatically through the
-`pytest11` entry point once agentgym-core is installed.
+`pytest11` entry point once agentgym-core is installed. In a plugin's own tests
+they load only that plugin (the `agentgym` entry points of the nearest
+`pyproject.toml`), the ones a test names with
+`@pytest.mark.agentgym_plugins(...)`, and, for `agentgym_train`, the ones its
+config names; so another installed plugin, broken or not, cannot fail them.
 
 `agentgym_train` is the one way a plugin's test trains: it runs a tiny `train`
 stage of any env, algorithm and scheduler from a config dict and returns a

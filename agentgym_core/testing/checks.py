@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import math
 import random
+import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
+from agentgym_core.rollout import contract
 from agentgym_core.types import StepResult
 
 METHODS = ("tasks", "instruction", "reset", "step", "valid_actions", "task_group", "close")
@@ -53,6 +56,11 @@ class EnvironmentCheckError(AssertionError):
         self.env_class, self.check, self.detail = env_class, check, detail
 
 
+def _fix(method: str, value: Any) -> str:
+    """The contract's fix for a wrong value, as it reads in training: `. Fix: return ...`."""
+    return f". Fix: {contract.fix(method, value)}"
+
+
 class _Checker:
     """Names the environment and the current check in every failure."""
 
@@ -64,31 +72,45 @@ class _Checker:
         raise EnvironmentCheckError(self.name, check, detail)
 
     @contextmanager
-    def guard(self, check: str, doing: str) -> Iterator[None]:
-        """Turn an exception of the environment into a failure of `check`."""
+    def guard(self, check: str, doing: str, note: str = "") -> Iterator[None]:
+        """Turn an exception of the environment into a failure of `check`, where it was raised."""
         try:
             yield
         except EnvironmentCheckError:
             raise
         except Exception as error:  # noqa: BLE001 - any exception is the finding
             raise EnvironmentCheckError(
-                self.name, check, f"{doing} raised {type(error).__name__}: {error}"
+                self.name,
+                check,
+                f"{doing} raised {type(error).__name__}: {error}{_at(error)}{note}",
             ) from error
 
     def reset(self, task: int, check: str = "reset") -> str:
         with self.guard(check, f"reset({task!r})"):
             first = self.env.reset(task)
         if not isinstance(first, str) or not first:
-            self.fail(check, f"reset({task!r}) must return a non-empty str, got {first!r}")
+            self.fail(
+                check,
+                f"reset({task!r}) must return a non-empty str, got {first!r}"
+                + _fix("reset", first),
+            )
         return first
 
-    def step(self, action: str, crash_check: str = "step") -> StepResult:
-        """Step and check the result's types; an exception fails `crash_check`."""
-        with self.guard(crash_check, f"step({action!r})"):
+    def step(self, action: str, crash_check: str = "step", listed: bool = False) -> StepResult:
+        """Step and check the result's types; an exception fails `crash_check`.
+
+        `listed`: the action is one `valid_actions()` offered (said in a failure).
+        """
+        note = "; valid_actions() listed that action" if listed else ""
+        with self.guard(crash_check, f"step({action!r})", note):
             result = self.env.step(action)
         check, where = "step", f"step({action!r})"
         if not isinstance(result, StepResult):
-            self.fail(check, f"{where} must return StepResult, got {type(result).__name__}")
+            self.fail(
+                check,
+                f"{where} must return StepResult, got {type(result).__name__}"
+                + _fix("step", result),
+            )
         if not isinstance(result.observation, str):
             self.fail(check, f"{where}: observation must be a str, got {result.observation!r}")
         reward = result.reward
@@ -114,8 +136,21 @@ class _Checker:
             or not actions
             or not all(isinstance(a, str) and a for a in actions)
         ):
-            self.fail("valid_actions", f"must be None or a non-empty list of str, got {actions!r}")
+            self.fail(
+                "valid_actions",
+                f"must be None or a non-empty list of str, got {actions!r}"
+                + _fix("valid_actions", actions),
+            )
         return actions
+
+
+def _at(error: BaseException) -> str:
+    """` (at file:line in function)` of the innermost frame that raised `error`, else ''."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
 
 
 def _check_tasks(c: _Checker, split: str) -> list[int]:
@@ -152,7 +187,7 @@ def _play(
             action = rng.choice(valid)
         else:
             action = "look"
-        result = c.step(action, crash_check="valid_actions" if valid else "step")
+        result = c.step(action, listed=bool(valid) and actions is None)
         taken.append(action)
         transcript.append((action, valid, result.observation, result.reward, result.done))
         if result.done:
@@ -165,7 +200,7 @@ def _check_each_valid_action(c: _Checker, task: int) -> None:
     c.reset(task)
     for action in c.valid_actions() or []:
         c.reset(task)
-        c.step(action, crash_check="valid_actions")
+        c.step(action, listed=True)
 
 
 def _check_invalid_action(c: _Checker, task: int) -> None:
@@ -206,14 +241,21 @@ def check_environment(
     with c.guard("instruction", "instruction()"):
         instruction = env.instruction()
     if not isinstance(instruction, str) or not instruction.strip():
-        c.fail("instruction", f"must return a non-empty str, got {instruction!r}")
+        c.fail(
+            "instruction",
+            f"must return a non-empty str, got {instruction!r}" + _fix("instruction", instruction),
+        )
     rng = random.Random(seed)
     ever_done = False
     for task in tasks[:num_tasks]:
         with c.guard("task_group", f"task_group({task!r})"):
             group = env.task_group(task)
         if not isinstance(group, str):
-            c.fail("task_group", f"task_group({task!r}) must return a str, got {group!r}")
+            c.fail(
+                "task_group",
+                f"task_group({task!r}) must return a str, got {group!r}"
+                + _fix("task_group", group),
+            )
         actions, transcript, done = _play(c, task, None, max_steps, rng)
         ever_done |= done
         again = c.reset(task, check="reset_after_done" if done else "reset")

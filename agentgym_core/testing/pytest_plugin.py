@@ -1,8 +1,20 @@
 """pytest fixtures for plugin authors, loaded through the `pytest11` entry point.
 
+Which installed plugins a fixture loads: a plugin's tests get a narrow host,
+so another installed plugin (broken, slow to import, or clashing) cannot fail
+them. The plugin under test is read from the `[project.entry-points.agentgym]`
+table of the `pyproject.toml` nearest above the test file; the test adds
+others with `@pytest.mark.agentgym_plugins("grpo", "fixed")`, and
+`agentgym_train` adds the plugins its config names (`env.name`,
+`algorithm.name`, ... where an installed entry point has that name). The ini
+option `agentgym_plugins = babyai grpo` replaces the lookup of the plugin
+under test (for a project without a pyproject.toml). Tests of a project that
+declares no `agentgym` entry point (agentgym-core's own, a loose folder), and
+any test naming `all`, get every installed plugin.
+
 - `agentgym_plugin(obj, name="inline")`: a `PluginHost` with `obj` registered
-  next to the installed plugins; unregistered after the test.
-- `agentgym_host`: a fresh `PluginHost` of the installed plugins.
+  next to the plugins above; unregistered after the test.
+- `agentgym_host`: a fresh `PluginHost` of the plugins above.
 - `tiny_model_dir`: a tiny from-scratch model folder (Hugging Face format), so
   policy and algorithm plugins can be tested with no model download.
 - `agentgym_tiny_model(env_block, **options)`: the folder of a tiny model whose
@@ -24,6 +36,8 @@ module in every session, and loading it must not load any plugin or torch.
 
 from __future__ import annotations
 
+import functools
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,28 +57,90 @@ TINY_CORPUS = [
 """Text the tiny model's tokenizer is trained on: short agent-like turns."""
 
 
-@pytest.fixture
-def agentgym_host() -> PluginHost:
-    """A plugin host with every installed plugin (honours AGENTGYM_LOAD/DISABLE_PLUGINS)."""
+MARKER = "agentgym_plugins"
+"""The marker, and the ini option, naming installed plugins the fixtures load."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The `agentgym_plugins` ini option."""
+    parser.addini(
+        MARKER,
+        type="args",
+        help="installed agentgym plugins the test kit's fixtures load (the plugin under test; "
+        "'all': every one); default: the entry points of the nearest pyproject.toml",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the `agentgym_plugins` marker."""
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(*names): installed agentgym plugins the test kit's fixtures load besides the "
+        "plugin under test ('all': every installed one)",
+    )
+
+
+def plugins_under_test(node: pytest.Item) -> frozenset[str] | None:
+    """Entry point names the fixtures load for test `node`; None: every installed plugin.
+
+    The ini option `agentgym_plugins`, else the `agentgym` entry points of the
+    nearest `pyproject.toml` above the test file, plus the names of the test's
+    `agentgym_plugins` markers. No declared plugin, or the name `all`: None.
+    """
+    names = node.config.getini(MARKER) or declared_plugins(Path(node.path).parent)
+    if not names:
+        return None
+    selected = set(names)
+    for marker in node.iter_markers(MARKER):
+        selected.update(marker.args)
+    return None if "all" in selected else frozenset(selected)
+
+
+@functools.cache
+def declared_plugins(folder: Path) -> tuple[str, ...]:
+    """The `agentgym` entry point names of the nearest `pyproject.toml` at or above `folder`."""
+    for place in (folder, *folder.parents):
+        pyproject = place / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+            except (OSError, tomllib.TOMLDecodeError):
+                return ()
+            return tuple(project.get("entry-points", {}).get("agentgym", {}))
+    return ()
+
+
+def _host(names: frozenset[str] | None, extra: dict[str, object] | None = None) -> PluginHost:
     from agentgym_core.plugins import PluginHost
+    from agentgym_core.testing.training import narrow_reason
 
-    return PluginHost()
+    reason = narrow_reason(names) if names is not None else None
+    return PluginHost(extra_plugins=extra, only=names, only_reason=reason)
 
 
 @pytest.fixture
-def agentgym_plugin() -> Iterator[Callable[..., PluginHost]]:
+def agentgym_host(request: pytest.FixtureRequest) -> PluginHost:
+    """A plugin host of the plugin under test and the test's `agentgym_plugins`.
+
+    Every installed plugin for tests of a project that declares none (see the
+    module docstring); AGENTGYM_LOAD/DISABLE_PLUGINS still apply.
+    """
+    return _host(plugins_under_test(request.node))
+
+
+@pytest.fixture
+def agentgym_plugin(request: pytest.FixtureRequest) -> Iterator[Callable[..., PluginHost]]:
     """Factory: `agentgym_plugin(obj, name="inline")` returns a host with `obj` registered.
 
-    Each call builds a new host, installed entry points included, so a test
-    sees its plugin next to the real ones (and their name conflicts). The
-    plugin is unregistered at teardown, even when the test fails.
+    Each call builds a new host, with the installed plugins `agentgym_host`
+    loads, so a test sees its plugin next to those (and their name
+    conflicts). The plugin is unregistered at teardown, even when the test fails.
     """
-    from agentgym_core.plugins import PluginHost
-
     made: list[tuple[PluginHost, str]] = []
+    names = plugins_under_test(request.node)
 
     def make(obj: object, name: str = "inline") -> PluginHost:
-        host = PluginHost(extra_plugins={name: obj})
+        host = _host(names, {name: obj})
         made.append((host, name))
         return host
 
@@ -104,14 +180,17 @@ def agentgym_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 
 
 @pytest.fixture
-def agentgym_train(tmp_path: Path, agentgym_tiny_model: TinyModels) -> TinyTrainer:
+def agentgym_train(
+    request: pytest.FixtureRequest, tmp_path: Path, agentgym_tiny_model: TinyModels
+) -> TinyTrainer:
     """Factory: `agentgym_train(config, overrides=(), ...)` trains one tiny stage, a `TrainRun`.
 
     Keyword arguments: `plugins` (name -> plugin object, e.g. a hook recorder),
     `tiny_model` (options of `agentgym_tiny_model` for the built model) and
     `output_dir` (an earlier run's, to resume it; default: a fresh folder under
-    `tmp_path` per call). See `agentgym_core.testing.training.TinyTrainer`.
+    `tmp_path` per call). It loads the plugins `agentgym_host` loads plus
+    those the config names. See `agentgym_core.testing.training.TinyTrainer`.
     """
     from agentgym_core.testing.training import TinyTrainer
 
-    return TinyTrainer(tmp_path, agentgym_tiny_model)
+    return TinyTrainer(tmp_path, agentgym_tiny_model, only=plugins_under_test(request.node))

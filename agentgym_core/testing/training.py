@@ -30,6 +30,9 @@ TINY_DEFAULTS: dict[str, Any] = {
 }
 """Filled in under the caller's config by `agentgym_train` (with `run.output_dir`, `model.path`)."""
 
+COMPONENT_BLOCKS = ("env", "policy", "algorithm", "scheduler")
+"""Config blocks whose `name` also names the installed plugin a narrow test host loads."""
+
 _PENDING_MODEL = "agentgym-tiny-model-pending"
 """`model.path` while the env block is resolved, before the tiny model for it is built."""
 
@@ -103,6 +106,38 @@ class _BatchRecorder:
         return dict(self.seen)
 
 
+def narrow_reason(names: frozenset[str]) -> str:
+    """What a lookup says of an installed plugin a test's narrow host left out."""
+    loaded = ", ".join(sorted(names)) or "none"
+    return (
+        f"the test loads only the plugin under test and what it asks for ({loaded}); "
+        'add one with @pytest.mark.agentgym_plugins("NAME")'
+    )
+
+
+def installed_plugins() -> set[str]:
+    """The names of the installed `agentgym` entry points (nothing is imported)."""
+    import importlib.metadata as md
+
+    from agentgym_core.plugins import ENTRY_POINT_GROUP
+
+    return {ep.name for ep in md.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def named_plugins(config: Mapping[str, Any], overrides: Sequence[str] = ()) -> set[str]:
+    """Installed plugins named like a component the config (or an override) names."""
+    names = {
+        block["name"]
+        for key in COMPONENT_BLOCKS
+        if isinstance(block := config.get(key), Mapping) and isinstance(block.get("name"), str)
+    }
+    for pair in overrides:
+        key, _, value = pair.partition("=")
+        if key in {f"{block}.name" for block in COMPONENT_BLOCKS}:
+            names.add(value.strip())
+    return names & installed_plugins()
+
+
 def deep_merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     """`base` with `changes` on top; mappings merge key by key, anything else is replaced."""
     out = copy.deepcopy(dict(base))
@@ -126,13 +161,17 @@ class TinyModels:
         self._built: dict[str, Path] = {}
 
     def __call__(self, env: Mapping[str, Any], **options: Any) -> Path:
-        """The model of a config's env block (`name` and the env's options); see `for_env`."""
+        """The model of a config's env block (`name` and the env's options); see `for_env`.
+
+        Loads the installed plugin named like the env (every one where none is).
+        """
         from agentgym_core.env_options import validate_env_options
         from agentgym_core.plugins import PluginHost
 
         env_options = {k: v for k, v in env.items() if k != "name"}
+        only = named_plugins({"env": env}) or None
         registration, validated = validate_env_options(
-            PluginHost().registry, env["name"], env_options
+            PluginHost(only=only).registry, env["name"], env_options
         )
         return self.for_env(registration, validated, **options)
 
@@ -211,11 +250,16 @@ class TinyTrainer:
     Args:
         tmp_path: the test's temporary folder (configs and run folders go under it).
         models: the session's tiny models.
+        only: installed plugins (entry point names) to load besides those the
+            config names; None: every installed plugin.
     """
 
-    def __init__(self, tmp_path: Path, models: TinyModels) -> None:
+    def __init__(
+        self, tmp_path: Path, models: TinyModels, only: frozenset[str] | None = None
+    ) -> None:
         self.tmp_path = Path(tmp_path)
         self.models = models
+        self.only = only
         self.calls = 0
 
     def __call__(
@@ -235,6 +279,8 @@ class TinyTrainer:
                 is used as is; without one a tiny model is built for the env block.
             overrides: `key.path=value` strings applied after `config`, as on the CLI.
             plugins: extra plugin objects to register, keyed by name (hook recorders).
+                Installed plugins: those of `only`, plus each one named like a
+                component of the config (`env.name`, `algorithm.name`, ...).
             tiny_model: options of the built model: `corpus_tasks`, `corpus_turns`,
                 `expert_turns` and `TinyModelConfig` fields (see `TinyModels`).
             output_dir: the run folder; an earlier run's `output_dir` resumes that run
@@ -253,7 +299,10 @@ class TinyTrainer:
         raw = deep_merge(TINY_DEFAULTS, {"run": {"output_dir": self._run_dir(output_dir)}})
         raw = deep_merge(raw, config)
         recorder = _BatchRecorder()
-        host = PluginHost(extra_plugins={**(plugins or {}), "agentgym-train-batches": recorder})
+        extra = {**(plugins or {}), "agentgym-train-batches": recorder}
+        only = None if self.only is None else self.only | named_plugins(raw, overrides)
+        reason = narrow_reason(only) if only is not None else None
+        host = PluginHost(extra_plugins=extra, only=only, only_reason=reason)
         path = self.tmp_path / f"run-{self.calls}.yaml"
         raw = self._with_model(path, raw, overrides, host, tiny_model)
         resolved = self._load(path, raw, overrides, host)

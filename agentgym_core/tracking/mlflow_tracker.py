@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_core import hookimpl
+from agentgym_core.evaluation.metrics import measured
 from agentgym_core.types import Trajectory, TrajectoryBatch, round_robin
 
 STORE_FILE = "mlflow.db"
@@ -276,8 +277,24 @@ class MlflowTracker:
     def agentgym_after_evaluation(
         self, step: int, split: str, metrics: Mapping[str, float]
     ) -> None:
-        """Log evaluation metrics as `eval/<split>/<name>` at `step`."""
+        """Log evaluation metrics as `eval/<split>/<name>` at `step`, and say how complete.
+
+        Beside the metrics (`partial` among them, 1.0 when episodes ended in
+        env_error) the run gets tags `agentgym.eval.<split>.partial` (`true` or
+        `false`) and `agentgym.eval.<split>` (`success 0.571 over 7 of 80
+        episodes: PARTIAL, 73 env_error`), so no one reads a partial rate as a
+        whole one in MLflow's UI.
+        """
         self.log_metrics(step, metrics, prefix=f"eval/{split}/")
+        if "episodes" in metrics and "success_rate" in metrics:
+            episodes, played = measured(dict(metrics))
+            partial = episodes != played or bool(metrics.get("partial"))
+            summary = f"success {metrics['success_rate']:.3f} over {episodes} of {played} episodes"
+            if partial:
+                summary += f": PARTIAL, {played - episodes} env_error"
+            tag = metric_key(f"agentgym.eval.{split}")
+            self.client.set_tag(self._run_id, f"{tag}.partial", str(partial).lower())
+            self.client.set_tag(self._run_id, tag, summary)
 
     @hookimpl
     def agentgym_on_checkpoint(self, step: int, path: Path) -> None:

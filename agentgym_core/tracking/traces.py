@@ -12,8 +12,8 @@ Layout of one trace (name `episode`):
 
 - root span `episode` (type AGENT): inputs `{task_id, task_group}`, outputs
   `{reward, success, termination}`, attributes `agentgym.step`,
-  `agentgym.split`, `agentgym.group`, `agentgym.num_turns`, `agentgym.error`;
-  status ERROR for env errors.
+  `agentgym.split`, `agentgym.group`, `agentgym.num_turns`, `agentgym.error`,
+  `agentgym.error_trace` (the innermost frames); status ERROR for env errors.
 - one child span `turn-<i>` (type TOOL, i from 0) per turn: inputs
   `{action}`, outputs `{observation, reward, done}`, attribute `agentgym.info`.
 
@@ -122,6 +122,7 @@ def episode_trace(
             "agentgym.group": traj.group,
             "agentgym.num_turns": traj.num_turns,
             "agentgym.error": traj.error,
+            "agentgym.error_trace": traj.error_trace,
         },
         error=(traj.error or "env_error") if failed else None,
     )

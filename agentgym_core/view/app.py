@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from agentgym_core.evaluation.metrics import measured
 from agentgym_core.view.charts import line_chart
 from agentgym_core.view.index import PAGE_SIZE, SORTS, EpisodeIndex
 from agentgym_core.view.store import CURVES, OutsideRun, Run, Stage, horizon_changes
@@ -46,7 +47,11 @@ def _templates() -> Environment:
 
 
 def eval_results(stages: list[Stage]) -> tuple[list[str], list[dict[str, Any]]]:
-    """`(levels, rows)`: per stage that evaluated, overall metrics and success per level."""
+    """`(levels, rows)`: per stage that evaluated, overall metrics and success per level.
+
+    A row whose evaluation had env errors is `partial`, with `played` episodes
+    of which `episodes` were measured; `partial_levels` the levels with errors.
+    """
     levels: set[str] = set()
     rows = []
     for stage in stages:
@@ -61,6 +66,7 @@ def eval_results(stages: list[Stage]) -> tuple[list[str], list[dict[str, Any]]]:
                 if k.startswith(f"{prefix}group/") and k.endswith("/success_rate")
             }
             levels.update(per_level)
+            episodes, played = measured(stage.final, prefix)
             rows.append(
                 {
                     "stage": stage.name,
@@ -71,7 +77,14 @@ def eval_results(stages: list[Stage]) -> tuple[list[str], list[dict[str, Any]]]:
                     "pass_at_k": stage.final.get(f"{prefix}pass_at_k"),
                     "k": stage.final.get(f"{prefix}k"),
                     "episodes": stage.final.get(f"{prefix}episodes"),
+                    "played": played,
+                    "partial": episodes != played or bool(stage.final.get(f"{prefix}partial")),
                     "levels": per_level,
+                    "partial_levels": {
+                        level
+                        for level in per_level
+                        if stage.final.get(f"{prefix}group/{level}/env_errors")
+                    },
                 }
             )
     return sorted(levels), rows

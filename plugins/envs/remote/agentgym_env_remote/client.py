@@ -4,15 +4,23 @@ AgentGym's servers report many errors as HTTP 200 with an `error` field, run
 one worker (a slow step holds up every client), and forget every env id when
 restarted. Every such fault becomes a `RemoteEnvError` here, so the rollout
 engine records the episode as `env_error` instead of scoring it.
+
+A restart quick enough that no request fails is caught too: `agentgym
+serve-env` names its life in an `X-AgentGym-Instance` header on every reply
+(a new one per start), and servers that count ids from 0 (AgentGym's) hand
+out again an id that this client still holds. Either way every env id of
+that replica is marked stale, so no episode goes on in an id that may now be
+someone else's; each restart is counted (`ServerPool.restarts`) and logged.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -23,6 +31,10 @@ CLOSE_TIMEOUT_S = 5.0
 """Closing is best effort: never wait long on a server that may be gone."""
 DOWN_FOR_S = 5.0
 """After a connection failure, new env ids avoid that replica for this long (if others exist)."""
+INSTANCE_HEADER = "X-AgentGym-Instance"
+"""`agentgym serve-env`'s header naming the server's life; random per start."""
+
+log = logging.getLogger(__name__)
 
 
 class RemoteEnvError(RuntimeError):
@@ -33,6 +45,10 @@ class SessionLost(RemoteEnvError):
     """The server no longer knows our env id: it restarted, or reaped the id when idle."""
 
 
+class ServerRestarted(SessionLost):
+    """The server answering is not the life that handed out our env id: it restarted."""
+
+
 @dataclass
 class _Server:
     url: str
@@ -40,8 +56,15 @@ class _Server:
     slots: threading.BoundedSemaphore
     open_ids: int = 0
     generation: int = 0
-    """Bumped when the server is found unreachable: ids created before may be gone."""
+    """Bumped when the server is found unreachable or restarted: ids created before may be gone."""
     down_until: float = 0.0
+    instance: str | None = None
+    """The latest `X-AgentGym-Instance` seen (None: the server sends none)."""
+    retired: set[str] = field(default_factory=set)
+    """Instances seen before the current one (late replies from them are no news)."""
+    held: set[tuple[int, int]] = field(default_factory=set)
+    """(generation, env id) of every env id this client holds on the server."""
+    restarts: int = 0
 
 
 class ServerPool:
@@ -99,18 +122,33 @@ class ServerPool:
             tied = [s for s in up if s.open_ids == fewest]
             return tied[next(self._turn) % len(tied)].url
 
-    def opened(self, url: str) -> int:
-        """Count a new env id on `url`; returns the server's generation it belongs to."""
+    def opened(self, url: str, env_id: int | None = None, *, ids_only_grow: bool = False) -> int:
+        """Count a new env id on `url`; returns the server's generation it belongs to.
+
+        With `ids_only_grow` (servers that count ids up, as AgentGym's do), an
+        id this client still holds means the server restarted: every id from
+        its previous life is marked stale before anyone steps it.
+        """
         with self._lock:
             server = self._servers[url]
+            if ids_only_grow and (server.generation, env_id) in server.held:
+                self._restarted(server, f"it handed out env id {env_id} again")
             server.open_ids += 1
+            if env_id is not None:
+                server.held.add((server.generation, env_id))
             return server.generation
 
-    def released(self, url: str) -> None:
+    def released(self, url: str, env_id: int | None = None, generation: int = 0) -> None:
         """An env id on `url` is closed or abandoned."""
         with self._lock:
             server = self._servers[url]
             server.open_ids = max(0, server.open_ids - 1)
+            if env_id is not None:
+                server.held.discard((generation, env_id))
+
+    def restarts(self) -> dict[str, int]:
+        """Restarts seen of each replica without a failed request (new instance, reused id)."""
+        return {url: s.restarts for url, s in self._servers.items()}
 
     def generation(self, url: str) -> int:
         """How many times `url` was found unreachable."""
@@ -125,6 +163,34 @@ class ServerPool:
             server.generation += 1
             server.down_until = time.monotonic() + DOWN_FOR_S
 
+    def _restarted(self, server: _Server, why: str) -> None:
+        """Count and log a restart seen in a reply; the caller holds the lock."""
+        stale = sum(1 for generation, _ in server.held if generation == server.generation)
+        server.generation += 1
+        server.restarts += 1
+        log.warning(
+            "env server %s restarted (%s); %d env id(s) of its previous life are dropped, "
+            "their episodes end as env_error",
+            server.url,
+            why,
+            stale,
+        )
+
+    def _saw_instance(self, server: _Server, instance: str | None) -> None:
+        """Note the instance a reply came from; a new one means the server restarted.
+
+        A reply without the header tells nothing (AgentGym's servers, or a proxy's error page).
+        """
+        if instance is None or instance == server.instance or instance in server.retired:
+            return
+        with self._lock:
+            if instance == server.instance or instance in server.retired:
+                return
+            if server.instance is not None:
+                server.retired.add(server.instance)
+                self._restarted(server, f"instance {server.instance} is now {instance}")
+            server.instance = instance
+
     # -- requests ---------------------------------------------------------------------
 
     def request(
@@ -136,8 +202,30 @@ class ServerPool:
         json: Any = None,
         params: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        instance: str | None = None,
     ) -> Any:
-        """Send one request to replica `url` and return its JSON, or raise `RemoteEnvError`."""
+        """Send one request to replica `url` and return its JSON, or raise `RemoteEnvError`.
+
+        `instance`: the server life the env id came from; sent along (`serve-env`
+        refuses a request meant for another life), and a reply from another one
+        raises `ServerRestarted`.
+        """
+        return self.exchange(
+            url, method, path, json=json, params=params, timeout_s=timeout_s, instance=instance
+        )[0]
+
+    def exchange(
+        self,
+        url: str,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        instance: str | None = None,
+    ) -> tuple[Any, str | None]:
+        """`request`, also returning the instance that answered (None: no header)."""
         server = self._servers[url]
         where = f"{method} {url}{path}"
         if not server.slots.acquire(timeout=self.timeout_s):
@@ -145,11 +233,19 @@ class ServerPool:
                 f"{where}: no free request slot within {self.timeout_s} s "
                 f"({self.max_concurrency} requests already in flight)"
             )
+        headers = {INSTANCE_HEADER: instance} if instance else None
         try:
-            response = self._send(server, where, method, path, json, params, timeout_s)
+            response = self._send(server, where, method, path, json, params, timeout_s, headers)
         finally:
             server.slots.release()
-        return _reply(where, response)
+        answered = response.headers.get(INSTANCE_HEADER)
+        self._saw_instance(server, answered)
+        if instance is not None and answered is not None and answered != instance:
+            raise ServerRestarted(
+                f"{where}: the server restarted (instance {instance} is now {answered}); "
+                "the env id is gone and the episode is lost"
+            )
+        return _reply(where, response), answered
 
     def _send(
         self,
@@ -160,8 +256,11 @@ class ServerPool:
         body: Any,
         params: dict[str, Any] | None,
         timeout_s: float | None,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         extra: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
+        if headers:
+            extra["headers"] = headers
         if body is not None:
             extra["json"] = body
         for attempt in itertools.count():

@@ -50,6 +50,10 @@ class Dialect:
     """An episode succeeds when it ends with a step reward above this."""
     task_description_first: bool = False
     """SciWorld: the reset observation is `task_description` + newline + `observation`."""
+    ids_only_grow: bool = True
+    """The server counts env ids up and never hands one out twice in a life (all but WebShop
+    and SQLGym, which draw them at random and share them once full): an id handed out again
+    means it restarted."""
 
     @property
     def id_key(self) -> str:
@@ -159,8 +163,8 @@ DIALECTS: dict[str, Dialect] = {
         # Family B: keyed by `env_idx`.
         Dialect("searchqa", "B", lambda t: {"id": t}, prompts.raw_action, create_body={"id": 0}),
         Dialect("tool", "B", lambda t: {"id": t}, prompts.raw_action, create_body={"id": 0}),
-        Dialect("webshop", "B", lambda t: {"session_id": t}),
-        Dialect("sqlgym", "B", lambda t: {"item_id": t}),
+        Dialect("webshop", "B", lambda t: {"session_id": t}, ids_only_grow=False),
+        Dialect("sqlgym", "B", lambda t: {"item_id": t}, ids_only_grow=False),
         Dialect("webarena", "B", lambda t: {"seed": 0, "idx": t}),
     ]
 }

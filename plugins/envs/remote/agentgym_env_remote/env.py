@@ -4,6 +4,8 @@ Infrastructure faults raise `RemoteEnvError`, so the rollout engine ends the
 episode as `env_error`; the instance then forgets its env id and the next
 `reset` creates a fresh one (on the least busy replica). The engine also
 closes an instance that raised and makes a new one; both paths recover.
+A server restart is such a fault even when no request failed: every call
+names the server life its env id came from (see `client`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class RemoteEnv:
         )
         self.server: str | None = None
         self.env_id: int | None = None
+        self._instance: str | None = None
+        """The `X-AgentGym-Instance` the env id came from (None: the server sends none)."""
         self._generation = 0
         self._episodes_on_id = 0
         self._score = 0.0
@@ -212,13 +216,14 @@ class RemoteEnv:
             return
         server = self.pool.pick()
         body = self.dialect.create_body
-        reply = self.pool.request(server, "POST", "/create", json=body)
+        reply, instance = self.pool.exchange(server, "POST", "/create", json=body)
         try:
-            self.env_id = self.dialect.env_id(reply)
+            env_id = self.dialect.env_id(reply)
         except ProtocolError as error:
             raise RemoteEnvError(str(error)) from error
-        self.server = server
-        self._generation = self.pool.opened(server)
+        grow = self.dialect.ids_only_grow
+        self._generation = self.pool.opened(server, env_id, ids_only_grow=grow)
+        self.server, self.env_id, self._instance = server, env_id, instance
         self._episodes_on_id = 0
 
     def _forget(self, *, close: bool) -> None:
@@ -228,7 +233,7 @@ class RemoteEnv:
             return
         server, env_id = self.server, self.env_id
         self.env_id, self._done = None, True
-        self.pool.released(server)
+        self.pool.released(server, env_id, self._generation)
         if close:
             with contextlib.suppress(RemoteEnvError):
                 self.pool.request(
@@ -237,16 +242,19 @@ class RemoteEnv:
                     "/close",
                     json={self.dialect.id_key: env_id},
                     timeout_s=CLOSE_TIMEOUT_S,
+                    instance=self._instance,
                 )
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         assert self.server is not None
-        return self.pool.request(self.server, "POST", path, json=body)
+        return self.pool.request(self.server, "POST", path, json=body, instance=self._instance)
 
     def _get_observation(self) -> str:
         assert self.server is not None
         params = {self.dialect.id_key: self.env_id}
-        reply = self.pool.request(self.server, "GET", "/observation", params=params)
+        reply = self.pool.request(
+            self.server, "GET", "/observation", params=params, instance=self._instance
+        )
         if isinstance(reply, dict) and isinstance(reply.get("observation"), str):
             return reply["observation"]
         if isinstance(reply, str):

@@ -112,4 +112,4 @@ def test_a_terminated_run_leaves_no_browser_behind(tmp_path, agentgym_tiny_model
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 143
     gone, alive = psutil.wait_procs(browsers, timeout=10)
-    assert not alive, [p.info for p in alive]
+    assert not alive, [(p.pid, p.name()) for p in alive]
