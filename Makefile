@@ -6,11 +6,13 @@ STAMP := $(VENV)/.installed
 PLUGIN_PROJECTS := $(sort $(wildcard plugins/*/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PROJECTS))
 TORCH := torch==2.13.0
+# OpenEnv's own classes, for the interop tests (the `openenv-tests` extra says why --no-deps).
+OPENENV := openenv-core==0.3.0
 # Quiet installs: pip's warnings (-qq keeps errors) and setuptools' per-package "Editable
 # installation" notices (a UserWarning in each build backend) would fill screens.
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip
 
-.PHONY: install browsers java demo test test-fast test-vllm test-gpu lint format dist clean
+.PHONY: install browsers java sandbox demo test test-fast test-vllm test-gpu lint format dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,14 +21,19 @@ $(BIN)/python:
 # Core plus every plugin, editable. torch is pinned first: an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
 	$(PIP) install -qq $(TORCH)
-	$(PIP) install -qq -e '.[dev,serve,bench,lora]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(PIP) install -qq -e '.[dev,serve,bench,lora,openenv-tests]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(PIP) install -qq --no-deps $(OPENENV)
 	touch $(STAMP)
 
-install: browsers java $(STAMP)
+install: browsers java sandbox $(STAMP)
 
 # Headless Chromium and chromedriver for the webnav env (apt-get, only when missing).
 browsers:
 	bash scripts/ensure_chromium.sh
+
+# bubblewrap for the Python sandbox that runs model-written code (apt-get, only when missing).
+sandbox:
+	bash scripts/ensure_bubblewrap.sh
 
 # A headless Java runtime for the sciworld env's ScienceWorld jar (apt-get, only when missing).
 java:

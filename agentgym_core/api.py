@@ -22,7 +22,10 @@ What is here:
   `spread`, `whiten`, `turn_spans`), the group baseline (`group_normalize`,
   `GroupStd`);
 - task ids over (kind, seed) pairs for environment plugins (`seeded_task_ids`,
-  `seeded_task`, `SeededTask`, `TEST_SEED_OFFSET`);
+  `seeded_task`, `SeededTask`, `TEST_SEED_OFFSET`), and the task lists of envs
+  that play on a server (`TaskList`, `TaskRange`, `listed_tasks`);
+- a sandbox for env plugins that run model-written code (`PythonSandbox`,
+  `SandboxLimits`, `SandboxResult`, `SandboxUnavailable`; docs/sandbox.md);
 - helpers for policy plugins: `ActionConstraint` (constrained decoding),
   `full_weights` (a model's weights for a weight sync, a LoRA adapter merged in),
   `ChatFormat`, `ChatMessage` (a chat API's message, also lent as `Message`),
@@ -99,6 +102,13 @@ if TYPE_CHECKING:
     from agentgym_core.rollout.chat import ChatFormat
     from agentgym_core.rollout.text import ChatMessage, ContextWindowExceeded, Message, TextPolicy
     from agentgym_core.run.kinds import StageContext, StageOutcome, run_stage
+    from agentgym_core.sandbox import (
+        PythonSandbox,
+        SandboxLimits,
+        SandboxResult,
+        SandboxUnavailable,
+    )
+    from agentgym_core.task_lists import TaskList, TaskRange, listed_tasks
     from agentgym_core.tasks import TEST_SEED_OFFSET, SeededTask, seeded_task, seeded_task_ids
     from agentgym_core.testing import EnvironmentCheckError, check_environment
 
@@ -130,6 +140,13 @@ _LAZY = {
     "agentgym_core.policies.constraints": ("ActionConstraint",),
     "agentgym_core.rollout.chat": ("ChatFormat",),
     "agentgym_core.rollout.text": ("ChatMessage", "ContextWindowExceeded", "Message", "TextPolicy"),
+    "agentgym_core.sandbox": (
+        "PythonSandbox",
+        "SandboxLimits",
+        "SandboxResult",
+        "SandboxUnavailable",
+    ),
+    "agentgym_core.task_lists": ("TaskList", "TaskRange", "listed_tasks"),
     "agentgym_core.tasks": ("TEST_SEED_OFFSET", "SeededTask", "seeded_task", "seeded_task_ids"),
     "agentgym_core.run.kinds": ("StageContext", "StageOutcome", "run_stage"),
     "agentgym_core.testing": ("EnvironmentCheckError", "check_environment"),
@@ -163,14 +180,20 @@ __all__ = [
     "OfflineDataset",
     "Policy",
     "Problem",
+    "PythonSandbox",
     "Register",
     "SamplingParams",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailable",
     "SeededTask",
     "SequenceInputs",
     "StageContext",
     "StageOutcome",
     "StepResult",
     "TaskId",
+    "TaskList",
+    "TaskRange",
     "Termination",
     "TextPolicy",
     "Trajectory",
@@ -189,6 +212,7 @@ __all__ = [
     "hookimpl",
     "kl_k3",
     "kl_penalty",
+    "listed_tasks",
     "masked_mean",
     "read_items",
     "read_pairs",

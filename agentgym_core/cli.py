@@ -30,6 +30,8 @@ USAGE_EXAMPLES = """examples:
   agentgym ui runs/x
   agentgym view runs/x
   agentgym serve-env babyai --port 36001 -o levels=agentgym
+  agentgym serve-env babyai --port 8000 --protocol openenv   # for TRL, SkyRL (docs/openenv.md)
+  agentgym export openenv babyai --out openenv-babyai
   agentgym env play textcraft --task 4 -o depths=[1,2]
   agentgym data import agenttraj.json --out trajectories.jsonl
 """
@@ -360,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agentgym_core.serve.command import add_parser as add_serve_parser
 
     add_serve_parser(sub)
+    from agentgym_core.serve.export import add_parser as add_export_parser
+
+    add_export_parser(sub)
     from agentgym_core.play import add_parser as add_play_parser
 
     add_play_parser(sub)

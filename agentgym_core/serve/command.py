@@ -8,7 +8,7 @@ from agentgym_core.serve.runner import DEFAULT_HOST
 
 
 def cmd_serve_env(args: argparse.Namespace) -> int:
-    """Serve environment `args.env` over AgentGym's protocol until interrupted."""
+    """Serve environment `args.env` over AgentGym's protocol (or OpenEnv's) until interrupted."""
     from agentgym_core.env_options import parse_options, plugin_host
     from agentgym_core.serve.runner import build_app, serve
 
@@ -22,21 +22,29 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         ) from None
 
     host = plugin_host()
+    openenv = args.protocol == "openenv"
+    if openenv and args.strict:
+        raise SystemExit("agentgym serve-env: --strict is for --protocol agentgym only")
     app = build_app(
         host.registry,
         args.env,
         parse_options(args.env_option),
         env_option_pairs=args.env_option,
+        protocol=args.protocol,
         idle_timeout_s=args.idle_timeout,
         max_sessions=args.max_sessions,
         threads=args.threads,
         env_timeout_s=args.env_timeout,
-        strict=args.strict,
+        **({} if openenv else {"strict": args.strict}),
     )
-    mode = "strict status codes" if args.strict else "answers as AgentGym's server"
+    if openenv:
+        said = "OpenEnv protocol: WebSocket sessions on /ws, /reset /step /state /schema"
+    else:
+        mode = "strict status codes" if args.strict else "answers as AgentGym's server"
+        said = f"AgentGym protocol, Family A, {mode}"
     print(
         f"serving {args.env} on http://{args.host}:{args.port} "
-        f"(AgentGym protocol, Family A, {mode}; OpenAPI at /docs and /openapi.json)",
+        f"({said}; OpenAPI at /docs and /openapi.json)",
         flush=True,
     )
     serve(app, host=args.host, port=args.port, log_level=args.log_level)
@@ -46,7 +54,8 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `serve-env` to the `agentgym` subcommands."""
     serve = sub.add_parser(
-        "serve-env", help="serve an installed environment over AgentGym's HTTP protocol"
+        "serve-env",
+        help="serve an installed environment over AgentGym's HTTP protocol (or OpenEnv's)",
     )
     serve.add_argument("env", help="registered environment name (see `agentgym plugins`)")
     serve.add_argument(
@@ -67,6 +76,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="errors as HTTP status codes (404 unknown id, 409 not reset or done, 422, 500) "
         'instead of AgentGym\'s HTTP 200 {"error": ...}; /close of an unknown id is 404',
+    )
+    serve.add_argument(
+        "--protocol",
+        choices=["agentgym", "openenv"],
+        default="agentgym",
+        help="agentgym: AgentGym's HTTP protocol (default); openenv: OpenEnv's, sessions on "
+        "/ws (TRL, SkyRL, torchforge), see docs/openenv.md",
     )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     serve.set_defaults(func=cmd_serve_env)

@@ -19,12 +19,15 @@ def build_app(
     options: dict[str, Any] | None = None,
     *,
     env_option_pairs: Any = None,
+    protocol: str = "agentgym",
     **app_options: Any,
 ) -> Any:
     """The FastAPI app of a registered environment, its options validated by the plugin's model.
 
-    Bad options raise a `ConfigError` naming `env.<key>` (and the `--env-option`
-    pair it came from, when `env_option_pairs` are given).
+    `protocol` is `agentgym` (AgentGym's HTTP protocol, `serve.app`) or
+    `openenv` (OpenEnv's, `serve.openenv`). Bad options raise a `ConfigError`
+    naming `env.<key>` (and the `--env-option` pair it came from, when
+    `env_option_pairs` are given).
     """
     from agentgym_core.env_options import validate_env_options
     from agentgym_core.serve.app import create_app, has_render
@@ -38,6 +41,12 @@ def build_app(
 
         return contract.label(registration.factory(config), registration.name)
 
+    if protocol == "openenv":
+        from agentgym_core.serve.openenv import create_openenv_app
+
+        return create_openenv_app(factory, env_name=env_name, **app_options)
+    if protocol != "agentgym":
+        raise ValueError(f"unknown protocol {protocol!r}; protocols: agentgym, openenv")
     if "can_render" not in app_options and isinstance(registration.factory, type):
         app_options["can_render"] = has_render(registration.factory)
     return create_app(factory, env_name=env_name, **app_options)

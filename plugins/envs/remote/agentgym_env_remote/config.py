@@ -5,31 +5,12 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentgym_core.api import TaskList
 from agentgym_env_remote.dialects import DIALECTS
 
-
-class TaskRange(BaseModel):
-    """Task ids `start`, `start + 1`, ..., `stop - 1`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    start: int = Field(0, ge=0, description="First task id.")
-    stop: int = Field(gt=0, description="One past the last task id.")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> TaskRange:
-        if self.stop <= self.start:
-            raise ValueError(f"stop ({self.stop}) must be greater than start ({self.start})")
-        return self
-
-    def ids(self) -> list[int]:
-        """The ids as a list."""
-        return list(range(self.start, self.stop))
-
-
-Tasks = list[int] | TaskRange | Literal["server"]
+Tasks = TaskList
 
 
 class RemoteConfig(BaseModel):

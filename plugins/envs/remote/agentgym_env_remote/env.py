@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from agentgym_core.api import StepResult
+from agentgym_core.api import StepResult, listed_tasks
 from agentgym_env_remote.client import (
     CLOSE_TIMEOUT_S,
     RemoteEnvError,
@@ -21,7 +21,7 @@ from agentgym_env_remote.client import (
     acquire_pool,
     release_pool,
 )
-from agentgym_env_remote.config import RemoteConfig, TaskRange
+from agentgym_env_remote.config import RemoteConfig
 from agentgym_env_remote.dialects import DIALECTS, ProtocolError, Reply
 from agentgym_env_remote.prompts import ActionRejected, listed_actions, raw_action
 
@@ -72,12 +72,7 @@ class RemoteEnv:
             raise ValueError(f"unknown split {split!r}; splits: train, test")
         if split not in self._tasks:
             spec = self.config.train_tasks if split == "train" else self.config.test_tasks
-            if isinstance(spec, TaskRange):
-                self._tasks[split] = spec.ids()
-            elif isinstance(spec, list):
-                self._tasks[split] = list(spec)
-            else:
-                self._tasks[split] = self._server_tasks(split)
+            self._tasks[split] = listed_tasks(spec, lambda: self._server_tasks(split))
         return self._tasks[split]
 
     def _server_tasks(self, split: str) -> list[int]:

@@ -44,7 +44,19 @@ class SearchConfig(BaseModel):
     instruction: str | None = Field(
         None,
         description="Instruction prompt opening each conversation; null: the built-in one "
-        "(explains search[...] and answer[...]).",
+        "(explains search[...] and answer[...], and python[...] when offered).",
+    )
+    python: bool = Field(
+        False,
+        description="Offer python[code]: the code runs in the sandbox (no network, no files but "
+        "a scratch folder, CPU/memory/time limits; docs/sandbox.md) and its printed output "
+        "comes back. Needs bubblewrap (`make` installs it).",
+    )
+    python_wall_s: float = Field(
+        10.0, gt=0, le=120, description="Wall-clock seconds one python[...] may run."
+    )
+    max_output_chars: int = Field(
+        1000, ge=100, description="Characters of a python[...] result the agent sees."
     )
 
     @model_validator(mode="after")

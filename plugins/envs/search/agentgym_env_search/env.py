@@ -4,7 +4,9 @@ The agent acts with `search[query]` (the top-k passages come back) and
 `answer[text]` (ends the episode). The reward is the exact match of that
 answer with a gold answer, normalized as SQuAD does; token F1 goes in `info`.
 The action space is open text, so `valid_actions()` is None and decoding is
-never constrained.
+never constrained. With `python: true` the agent also has `python[code]`: the
+code runs in the core's sandbox (`agentgym_core.api.PythonSandbox`) and what
+it prints comes back, for arithmetic over the facts it found.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from agentgym_core.api import StepResult
+from agentgym_core.api import PythonSandbox, SandboxLimits, StepResult
 from agentgym_env_search.config import SearchConfig
 from agentgym_env_search.index import Searcher, shared_searcher
 from agentgym_env_search.metrics import best_scores
@@ -26,24 +28,43 @@ Each turn, reply with exactly one action:
   this ends the episode
 One search is often not enough: a passage may name the person, work or place you must search next.
 Only the answer is scored, by exact match with the expected answer."""
+PYTHON_TOOL = """- python[code]: runs Python (standard library, no network), returns what it prints;
+  use it for arithmetic, e.g. python[print(1969 - 1889)]"""
 INVALID = (
     "Invalid action. Reply with search[query] to look something up "
     "or answer[text] to give your final answer."
 )
+INVALID_WITH_PYTHON = (
+    "Invalid action. Reply with search[query] to look something up, python[code] to "
+    "compute, or answer[text] to give your final answer."
+)
+EXAMPLES = {
+    "search": "search[Eiffel Tower]",
+    "answer": "answer[Paris]",
+    "python": "python[print(6 * 7)]",
+}
 OVER = "The episode is over."
 MAX_QUERY_CHARS = 200
 _ACTION = re.compile(r"\b(search|answer)\s*\[(.*?)\]", re.IGNORECASE | re.DOTALL)
+_PYTHON = re.compile(r"\bpython\s*\[", re.IGNORECASE)
 
 
-def parse_action(text: str) -> tuple[str, str] | None:
-    """(tool, argument) of the last `search[...]` or `answer[...]` in `text`, or None.
+def parse_action(text: str, *, python: bool = False) -> tuple[str, str] | None:
+    """(tool, argument) of the last `search[...]`, `answer[...]` (or `python[...]`), or None.
 
-    The last one counts, so a model may think aloud before it acts.
+    The last one counts, so a model may think aloud before it acts. Code keeps
+    its lines and runs to the text's last `]` (code has brackets of its own).
     """
-    matches = _ACTION.findall(text)
+    matches = list(_ACTION.finditer(text))
+    code = list(_PYTHON.finditer(text)) if python else []
+    if code and (not matches or code[-1].start() > matches[-1].start()):
+        end = text.rfind("]")
+        if end < code[-1].end():
+            return None
+        return "python", text[code[-1].end() : end].strip("\n")
     if not matches:
         return None
-    tool, argument = matches[-1]
+    tool, argument = matches[-1].groups()
     return tool.lower(), " ".join(argument.split())
 
 
@@ -86,10 +107,14 @@ class SearchEnv:
         self.config = config
         data = _dataset(config)
         self.searcher, self.items = data.searcher, data.items
+        self.sandbox = (
+            PythonSandbox(SandboxLimits(wall_s=config.python_wall_s)) if config.python else None
+        )
         self.item: QAItem | None = None
         self.queries: list[str] = []
         self.done = True
         self.success = False
+        self.programs = 0
 
     # -- tasks -------------------------------------------------------------------
 
@@ -108,7 +133,14 @@ class SearchEnv:
 
     def instruction(self) -> str:
         """The tools and the answer format, shown once at the start of each conversation."""
-        return self.config.instruction or INSTRUCTION.format(top_k=self.config.top_k)
+        if self.config.instruction:
+            return self.config.instruction
+        text = INSTRUCTION.format(top_k=self.config.top_k)
+        if self.sandbox is None:
+            return text
+        lines = text.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("- answer["))
+        return "\n".join([*lines[:at], PYTHON_TOOL, *lines[at:]])
 
     def _item(self, task_id: int) -> QAItem:
         if isinstance(task_id, bool) or not isinstance(task_id, int):
@@ -123,6 +155,7 @@ class SearchEnv:
         """Start question `task_id`; the first observation is the question."""
         self.item = self._item(task_id)
         self.queries, self.done, self.success = [], False, False
+        self.programs = 0
         return f"Question: {self.item.question}"
 
     def valid_actions(self) -> list[str] | None:
@@ -133,17 +166,27 @@ class SearchEnv:
         """Run a search, or score an answer and end the episode."""
         if self.done or self.item is None:
             return StepResult(OVER, 0.0, True, info={"success": self.success})
-        parsed = parse_action(action)
+        parsed = parse_action(action, python=self.sandbox is not None)
         if parsed is None:
-            return StepResult(INVALID, 0.0, False, info={"success": False, "invalid": True})
+            invalid = INVALID if self.sandbox is None else INVALID_WITH_PYTHON
+            return StepResult(invalid, 0.0, False, info={"success": False, "invalid": True})
         tool, argument = parsed
-        if not argument:
-            example = "search[Eiffel Tower]" if tool == "search" else "answer[Paris]"
-            note = f"{tool}[...] needs text inside the brackets, e.g. {example}."
+        if not argument.strip():
+            note = f"{tool}[...] needs text inside the brackets, e.g. {EXAMPLES[tool]}."
             return StepResult(note, 0.0, False, info={"success": False, "invalid": True})
         if tool == "search":
             return self._search(argument[:MAX_QUERY_CHARS])
+        if tool == "python":
+            return self._python(argument)
         return self._answer(argument)
+
+    def _python(self, code: str) -> StepResult:
+        assert self.sandbox is not None
+        self.programs += 1
+        result = self.sandbox.run(code)
+        text = shorten(result.text(), self.config.max_output_chars)
+        info = {"success": False, "python_ok": result.ok, "timed_out": result.timed_out}
+        return StepResult(f"Python output:\n{text}", 0.0, False, info=info)
 
     def _search(self, query: str) -> StepResult:
         self.queries.append(query)
@@ -171,6 +214,7 @@ class SearchEnv:
             "f1": f1,
             "answer": answer,
             "searches": len(self.queries),
+            "programs": self.programs,
         }
         return StepResult(f"Your answer is {verdict}.", em, True, info=info)
 

@@ -1,0 +1,545 @@
+"""`agentgym serve-env NAME --protocol openenv`: any installed environment as an OpenEnv server.
+
+OpenEnv (`openenv-core`) is the env interface TRL's GRPOTrainer, SkyRL and
+torchforge consume. Its plain HTTP `/reset` and `/step` make a fresh
+environment per request, so a multi-turn episode lives in a WebSocket
+session on `/ws`: one connection, one environment instance, messages
+`{"type": "reset" | "step" | "state" | "close", "data": {...}}`, answered by
+`{"type": "observation" | "state" | "error", "data": {...}}`.
+
+Served here: `/ws`; `POST /reset` and `POST /step` (stateless: `/step`
+names the task to reset to before its one step); `GET /state`, `/schema`,
+`/metadata`, `/health`; and `GET /tasks?split=` (ours: the task ids, for
+clients that choose tasks). Sessions are bounded by `max_sessions` (more get
+CAPACITY_REACHED), a session idle for `idle_timeout_s` is closed, and every
+env call runs in the server's thread pool bounded by `env_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import FastAPI, HTTPException, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from agentgym_core import __version__
+from agentgym_core.interfaces import Environment
+from agentgym_core.serve.dialects import ContractViolation, checked
+from agentgym_core.serve.openenv_models import (
+    EpisodeState,
+    ErrorCode,
+    Metadata,
+    ResetBody,
+    ResetOptions,
+    StepBody,
+    TextAction,
+    TextObservation,
+    envelope,
+    error_message,
+)
+from agentgym_core.serve.sessions import EnvCallTimeout, Session, SessionStore
+
+__all__ = ["create_openenv_app"]
+
+SPLITS = ("train", "test")
+REFUSAL_WAIT_S = 10.0
+"""A session refused for capacity waits this long for the client's first message to answer."""
+
+
+class OpenEnvError(Exception):
+    """A request the server refuses or an env call that failed: a code, a message, a status."""
+
+    def __init__(self, code: ErrorCode, message: str, status: int, **extra: Any) -> None:
+        super().__init__(message)
+        self.code, self.status, self.extra = code, status, extra
+
+    @property
+    def ends_session(self) -> bool:
+        """After a timeout the env may still be running: the session cannot go on."""
+        return self.status == 504
+
+    def ws_message(self) -> dict[str, Any]:
+        """The error as a `/ws` message."""
+        return error_message(self.code, str(self), **self.extra)
+
+
+@dataclass
+class Episode:
+    """A session's episode, as `state` reports it."""
+
+    episode_id: str | None = None
+    task_id: int | None = None
+    task_group: str | None = None
+    step_count: int = 0
+    running: bool = False
+    done: bool = False
+    score: float = 0.0
+
+    def state(self) -> EpisodeState:
+        """The `state` reply."""
+        return EpisodeState(
+            episode_id=self.episode_id,
+            step_count=self.step_count,
+            task_id=self.task_id,
+            task_group=self.task_group,
+            done=self.done,
+            score=self.score,
+        )
+
+
+class OpenEnvServer:
+    """Episodes of one registered env over OpenEnv: task choice, reset, step, and their errors."""
+
+    def __init__(self, env_name: str, store: SessionStore, idle_timeout_s: float) -> None:
+        self.env_name = env_name
+        self.store = store
+        self.idle_timeout_s = idle_timeout_s
+        self.sessions = 0
+        """Open `/ws` sessions, counted from accept (before their env exists)."""
+        self._tasks: dict[str, list[int]] = {}
+        self._instruction: str | None = None
+
+    async def task_ids(self, env: Environment, split: str) -> list[int]:
+        """The task ids of `split` (asked of the env once, then remembered)."""
+        if split not in SPLITS:
+            raise OpenEnvError(
+                ErrorCode.VALIDATION_ERROR, f"unknown split {split!r}; splits: train, test", 422
+            )
+        if split not in self._tasks:
+            ids = await self._call(env, "tasks", env.tasks, split)
+            self._tasks[split] = [int(t) for t in ids]
+        return self._tasks[split]
+
+    async def instruction(self, env: Environment) -> str:
+        """The env's instruction prompt (OpenEnv's metadata `description`)."""
+        if self._instruction is None:
+            value = await self._call(env, "instruction", env.instruction)
+            self._instruction = self._checked(env, "instruction", value)
+        return self._instruction
+
+    async def choose_task(self, env: Environment, options: ResetOptions) -> int:
+        """The task a reset starts (see `ResetOptions`)."""
+        if options.task_id is not None:
+            if options.split is not None or options.index is not None:
+                raise OpenEnvError(
+                    ErrorCode.VALIDATION_ERROR,
+                    "reset: give task_id, or split and index, not both",
+                    422,
+                )
+            return options.task_id
+        ids = await self.task_ids(env, options.split or "train")
+        if not ids:
+            raise OpenEnvError(
+                ErrorCode.VALIDATION_ERROR, f"split {options.split!r} has no tasks", 422
+            )
+        if options.index is not None:
+            if options.index >= len(ids):
+                raise OpenEnvError(
+                    ErrorCode.VALIDATION_ERROR,
+                    f"reset: index {options.index} is out of range: split "
+                    f"{options.split or 'train'!r} has {len(ids)} tasks (0..{len(ids) - 1})",
+                    422,
+                )
+            return ids[options.index]
+        return random.Random(options.seed).choice(ids)
+
+    async def reset(
+        self, session: Session, episode: Episode, options: ResetOptions
+    ) -> TextObservation:
+        """Start the episode `options` name; `episode` describes it afterwards."""
+        env = session.env
+        task_id = await self.choose_task(env, options)
+        episode.running = episode.done = False
+        try:
+            observation = await self.store.call(env.reset, task_id)
+        except (ValueError, KeyError, IndexError) as error:
+            raise OpenEnvError(
+                ErrorCode.VALIDATION_ERROR,
+                f"{self.env_name} cannot reset task {task_id}: {type(error).__name__}: {error}",
+                422,
+            ) from error
+        except Exception as error:  # noqa: BLE001 - reported to the client
+            raise self._failure("reset", error) from error
+        observation = self._checked(env, "reset", observation)
+        actions = self._checked(
+            env, "valid_actions", await self._call(env, "valid_actions", env.valid_actions)
+        )
+        group = self._checked(
+            env, "task_group", await self._call(env, "task_group", env.task_group, task_id)
+        )
+        episode.episode_id = options.episode_id or uuid.uuid4().hex
+        episode.task_id, episode.task_group = task_id, group
+        episode.step_count, episode.score, episode.running = 0, 0.0, True
+        return TextObservation(
+            text=observation, available_actions=actions, task_id=task_id, task_group=group
+        )
+
+    async def step(self, session: Session, episode: Episode, action: TextAction) -> TextObservation:
+        """One step of the running episode."""
+        if not episode.running:
+            said = "after the episode ended" if episode.done else "before reset"
+            raise OpenEnvError(
+                ErrorCode.EXECUTION_ERROR,
+                f'step {said}: send {{"type": "reset"}} to start an episode',
+                409,
+            )
+        env = session.env
+        result = self._checked(env, "step", await self._call(env, "step", env.step, action.text))
+        done = bool(result.done or result.truncated)
+        actions = None
+        if not done:
+            actions = self._checked(
+                env, "valid_actions", await self._call(env, "valid_actions", env.valid_actions)
+            )
+        reward = float(result.reward)
+        episode.step_count += 1
+        episode.score += reward
+        episode.running, episode.done = not done, done
+        metadata: dict[str, Any] = {"truncated": bool(result.truncated)}
+        if done:
+            metadata["success"] = bool(result.info.get("success", reward > 0))
+        metadata["info"] = _jsonable(dict(result.info))
+        return TextObservation(
+            text=result.observation,
+            available_actions=actions,
+            task_id=episode.task_id,
+            task_group=episode.task_group,
+            done=done,
+            reward=reward,
+            metadata=metadata,
+        )
+
+    # -- env calls and their failures -------------------------------------------------------
+
+    async def _call(self, env: Environment, method: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return await self.store.call(fn, *args)
+        except Exception as error:  # noqa: BLE001 - reported to the client
+            raise self._failure(method, error) from error
+
+    def _failure(self, method: str, error: BaseException) -> OpenEnvError:
+        if isinstance(error, EnvCallTimeout):
+            return OpenEnvError(
+                ErrorCode.EXECUTION_ERROR,
+                f"environment {self.env_name}: {method}: {error}; the session is closed",
+                504,
+            )
+        return OpenEnvError(
+            ErrorCode.EXECUTION_ERROR,
+            f"environment {self.env_name}: {method} raised {type(error).__name__}: {error}",
+            500,
+        )
+
+    def _checked(self, env: Environment, method: str, value: Any) -> Any:
+        try:
+            return checked(self.env_name, env, method, value)
+        except ContractViolation as violation:
+            raise OpenEnvError(
+                ErrorCode.EXECUTION_ERROR,
+                str(violation),
+                500,
+                contract_violation=violation.body["contract_violation"],
+            ) from violation
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` if JSON can carry it, else its `repr` (an env's info may hold anything)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        if isinstance(value, dict):
+            return {str(k): _jsonable(v) for k, v in value.items()}
+        return repr(value)
+    return value
+
+
+def create_openenv_app(
+    env_factory: Callable[[], Environment],
+    *,
+    env_name: str,
+    idle_timeout_s: float = 600.0,
+    max_sessions: int = 1024,
+    threads: int = 8,
+    env_timeout_s: float = 300.0,
+) -> FastAPI:
+    """The FastAPI app serving `env_factory`'s environments over OpenEnv's protocol.
+
+    Args:
+        env_factory: makes one environment instance per `/ws` session (and per HTTP call).
+        env_name: the registered name, for messages and `/metadata`.
+        idle_timeout_s: a session that sends nothing this long is closed.
+        max_sessions: more `/ws` sessions than this get CAPACITY_REACHED.
+        threads: environment calls running at once.
+        env_timeout_s: an env call this long fails, and ends its session.
+    """
+    store = SessionStore(
+        env_factory, threads=threads, max_sessions=max_sessions, env_timeout_s=env_timeout_s
+    )
+    server = OpenEnvServer(env_name, store, idle_timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await store.close_all()
+
+    app = FastAPI(
+        title=f"agentgym env server: {env_name} (OpenEnv)",
+        version=__version__,
+        description="OpenEnv's protocol: WebSocket sessions on /ws, stateless /reset and /step.",
+        lifespan=lifespan,
+    )
+    app.state.env_server = server  # `runner.serve` reads its store at exit
+    _http_routes(app, server)
+    _ws_route(app, server)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _one_off(server: OpenEnvServer) -> AsyncIterator[Session]:
+    """A fresh environment for one HTTP call (OpenEnv's stateless routes), closed after."""
+    store = server.store
+    try:
+        env = await store.call(store.factory)
+    except Exception as error:  # noqa: BLE001 - the env's constructor failed
+        raise _http(
+            OpenEnvError(ErrorCode.FACTORY_ERROR, f"creating {server.env_name}: {error}", 500)
+        ) from error
+    try:
+        yield Session(-1, env)
+    finally:
+        with contextlib.suppress(Exception):
+            await store.call(env.close)
+
+
+def _http(error: OpenEnvError) -> HTTPException:
+    detail: dict[str, Any] = {"message": str(error), "code": error.code.value, **error.extra}
+    return HTTPException(error.status, detail=detail)
+
+
+def _http_routes(app: FastAPI, server: OpenEnvServer) -> None:
+    @app.post("/reset")
+    async def reset(body: ResetBody | None = None) -> dict[str, Any]:
+        """Reset a fresh environment and return its first observation (it is then closed)."""
+        async with _one_off(server) as session:
+            try:
+                observation = await server.reset(session, Episode(), body or ResetBody())
+            except OpenEnvError as error:
+                raise _http(error) from error
+        return envelope(observation)
+
+    @app.post("/step")
+    async def step(body: StepBody) -> dict[str, Any]:
+        """One step of a fresh environment, reset first to the task the body names.
+
+        Stateless, as OpenEnv's: a multi-turn episode needs the `/ws` session.
+        """
+        options = body.reset_options()
+        if options.task_id is None and options.split is None and options.seed is None:
+            raise HTTPException(
+                422,
+                detail={
+                    "message": "POST /step is stateless (a fresh env per request): name the "
+                    "task to step in (task_id, or split and index, or seed), or play "
+                    "multi-turn episodes over the /ws session",
+                    "code": ErrorCode.VALIDATION_ERROR.value,
+                },
+            )
+        async with _one_off(server) as session:
+            episode = Episode()
+            try:
+                await server.reset(session, episode, options)
+                observation = await server.step(session, episode, body.action)
+            except OpenEnvError as error:
+                raise _http(error) from error
+        return envelope(observation)
+
+    @app.get("/state")
+    async def state() -> EpisodeState:
+        """The state of a fresh environment (no episode): state lives in `/ws` sessions."""
+        return Episode().state()
+
+    @app.get("/schema")
+    async def schema() -> dict[str, Any]:
+        """JSON schemas of the action, the observation and the state."""
+        return {
+            "action": TextAction.model_json_schema(),
+            "observation": TextObservation.model_json_schema(),
+            "state": EpisodeState.model_json_schema(),
+        }
+
+    @app.get("/metadata")
+    async def metadata() -> Metadata:
+        """The env's name, version, and its instruction prompt as the description."""
+        async with _one_off(server) as session:
+            try:
+                instruction = await server.instruction(session.env)
+            except OpenEnvError as error:
+                raise _http(error) from error
+        return Metadata(
+            name=server.env_name,
+            description=instruction,
+            version=__version__,
+        )
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        """OpenEnv's health check."""
+        return {"status": "healthy"}
+
+    @app.get("/tasks")
+    async def tasks(split: Literal["train", "test"] = "train") -> dict[str, Any]:
+        """Ours, not OpenEnv's: the task ids of a split, for clients that choose tasks."""
+        async with _one_off(server) as session:
+            try:
+                ids = await server.task_ids(session.env, split)
+            except OpenEnvError as error:
+                raise _http(error) from error
+        return {"split": split, "tasks": ids}
+
+
+def _ws_route(app: FastAPI, server: OpenEnvServer) -> None:
+    store = server.store
+
+    @app.websocket("/ws")
+    async def session_socket(websocket: WebSocket) -> None:
+        """One session: one environment instance for the life of the connection."""
+        await websocket.accept()
+        if server.sessions >= store.max_sessions:
+            # answered as the reply to the client's first message, which it then reads
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(websocket.receive_text(), REFUSAL_WAIT_S)
+            await _send_error(
+                websocket,
+                OpenEnvError(
+                    ErrorCode.CAPACITY_REACHED,
+                    f"{store.max_sessions} sessions are open (--max-sessions); "
+                    "close one or retry later",
+                    503,
+                    active_sessions=server.sessions,
+                    max_sessions=store.max_sessions,
+                ),
+            )
+            return
+        server.sessions += 1  # counted before the first await: the bound holds under a rush
+        try:
+            await _session(websocket, server)
+        finally:
+            server.sessions -= 1
+
+
+async def _session(websocket: WebSocket, server: OpenEnvServer) -> None:
+    """Make the session's environment, serve it, and close both."""
+    store = server.store
+    try:
+        session = await store.create()
+    except Exception as error:  # noqa: BLE001 - the env's constructor failed
+        await _send_error(
+            websocket,
+            OpenEnvError(
+                ErrorCode.FACTORY_ERROR,
+                f"creating {server.env_name}: {type(error).__name__}: {error}",
+                500,
+                factory_name=server.env_name,
+            ),
+        )
+        return
+    try:
+        await _serve_session(websocket, server, session)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            await store.close(session.id)
+        with contextlib.suppress(Exception):
+            await websocket.close()
+
+
+async def _send_error(websocket: WebSocket, error: OpenEnvError) -> None:
+    with contextlib.suppress(Exception):
+        await websocket.send_json(error.ws_message())
+        await websocket.close()
+
+
+async def _serve_session(websocket: WebSocket, server: OpenEnvServer, session: Session) -> None:
+    """Answer one message at a time until `close`, a disconnect, idleness or a stuck env."""
+    episode = Episode()
+    while True:
+        try:
+            raw = await asyncio.wait_for(websocket.receive_text(), server.idle_timeout_s)
+        except TimeoutError:
+            await _send_error(
+                websocket,
+                OpenEnvError(
+                    ErrorCode.SESSION_ERROR,
+                    f"session idle for {server.idle_timeout_s:g} s (--idle-timeout): closed",
+                    408,
+                ),
+            )
+            return
+        try:
+            reply = await _answer(server, session, episode, raw)
+        except OpenEnvError as error:
+            await websocket.send_json(error.ws_message())
+            if error.ends_session:
+                with contextlib.suppress(Exception):
+                    await websocket.close()
+                return
+            continue
+        if reply is None:  # close
+            return
+        await websocket.send_json(reply)
+
+
+async def _answer(
+    server: OpenEnvServer, session: Session, episode: Episode, raw: str
+) -> dict[str, Any] | None:
+    """The reply to one `/ws` message (None for `close`); refusals raise `OpenEnvError`."""
+    try:
+        message = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise OpenEnvError(ErrorCode.INVALID_JSON, f"Invalid JSON: {error}", 400) from error
+    kind = message.get("type") if isinstance(message, dict) else None
+    data = message.get("data", {}) if isinstance(message, dict) else None
+    if kind not in ("reset", "step", "state", "close"):
+        raise OpenEnvError(
+            ErrorCode.UNKNOWN_TYPE,
+            f"Unknown message type: {kind!r}; types: reset, step, state, close",
+            400,
+        )
+    if kind == "close":
+        return None
+    if kind == "state":
+        return {"type": "state", "data": episode.state().model_dump()}
+    try:
+        if kind == "reset":
+            options = ResetOptions.model_validate(data if data is not None else {})
+        else:
+            action = TextAction.model_validate(data)
+    except ValidationError as error:
+        raise OpenEnvError(
+            ErrorCode.VALIDATION_ERROR,
+            f"Invalid {kind} data: {_first_error(error)}",
+            422,
+            errors=json.loads(error.json(include_url=False, include_input=False)),
+        ) from error
+    async with session.lock:
+        if kind == "reset":
+            observation = await server.reset(session, episode, options)
+        else:
+            observation = await server.step(session, episode, action)
+    return {"type": "observation", "data": envelope(observation)}
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "data"
+    return f"{where}: {first['msg']}"
