@@ -173,6 +173,29 @@ def test_timeout_error_observation_is_an_env_error_and_recovers():
             remote.close()
 
 
+def test_a_restart_is_seen_at_the_first_smaller_id_so_no_new_id_is_abandoned():
+    """AgentGym's ids only grow within a server's life: an id at or below the largest one
+    seen before the create was sent means a restart, even when this client holds no such id.
+    Seen later (only when a held id comes back), the ids made in between would count as the
+    old life's: abandoned without a close, left open on the server."""
+    server = FaultyServer()
+    with ServerThread(server.app()) as http:
+        a, b, c = (_remote(http.url) for _ in range(3))
+        d, e = _remote(http.url), _remote(http.url)
+        try:
+            a.reset(0), b.reset(0), c.reset(0)  # ids 0, 1, 2
+            a.close()  # this client now holds ids 1 and 2
+            server.restart()
+            d.reset(0)  # id 0 of the new life: a restart, though id 0 is held by nobody
+            e.reset(0)  # id 1 of the new life
+            assert d.step("turn left").observation  # d's id belongs to the new life
+            assert d.pool.restarts() == {http.url: 1}
+        finally:
+            for remote in (b, c, d, e):
+                remote.close()
+        assert server.envs == {}, "an id of the new life was left open"
+
+
 def test_real_restart_mid_episode_and_other_envs_on_that_server_learn_of_it():
     server = FaultyServer()
     first = ServerThread(server.app()).start()

@@ -64,6 +64,8 @@ class _Server:
     """Instances seen before the current one (late replies from them are no news)."""
     held: set[tuple[int, int]] = field(default_factory=set)
     """(generation, env id) of every env id this client holds on the server."""
+    max_id: int = -1
+    """The largest env id handed to this client in the current generation."""
     restarts: int = 0
 
 
@@ -122,21 +124,49 @@ class ServerPool:
             tied = [s for s in up if s.open_ids == fewest]
             return tied[next(self._turn) % len(tied)].url
 
-    def opened(self, url: str, env_id: int | None = None, *, ids_only_grow: bool = False) -> int:
+    def id_floor(self, url: str) -> tuple[int, int]:
+        """(generation, largest env id seen in it): taken before a create is sent (`opened`)."""
+        with self._lock:
+            server = self._servers[url]
+            return server.generation, server.max_id
+
+    def opened(
+        self,
+        url: str,
+        env_id: int | None = None,
+        *,
+        ids_only_grow: bool = False,
+        floor: tuple[int, int] | None = None,
+    ) -> int:
         """Count a new env id on `url`; returns the server's generation it belongs to.
 
-        With `ids_only_grow` (servers that count ids up, as AgentGym's do), an
-        id this client still holds means the server restarted: every id from
-        its previous life is marked stale before anyone steps it.
+        With `ids_only_grow` (servers that count ids up, as AgentGym's do), the
+        server restarted when it hands out an id this client still holds, or an
+        id no larger than the largest one seen before the create was sent
+        (`floor`, from `id_floor`): every id from its previous life is then
+        marked stale before anyone steps it. The second rule sees a restart at
+        the new life's first id; without it, the ids made before a held one
+        came back would be taken for the old life's and abandoned open.
         """
         with self._lock:
             server = self._servers[url]
-            if ids_only_grow and (server.generation, env_id) in server.held:
+            if ids_only_grow and env_id is not None and self._reused(server, env_id, floor):
                 self._restarted(server, f"it handed out env id {env_id} again")
             server.open_ids += 1
             if env_id is not None:
                 server.held.add((server.generation, env_id))
+                server.max_id = max(server.max_id, env_id)
             return server.generation
+
+    @staticmethod
+    def _reused(server: _Server, env_id: int, floor: tuple[int, int] | None) -> bool:
+        if (server.generation, env_id) in server.held:
+            return True
+        if floor is None:
+            return False
+        generation, largest = floor
+        # a restart another create has already seen since this one was sent is not news
+        return generation == server.generation and env_id <= largest
 
     def released(self, url: str, env_id: int | None = None, generation: int = 0) -> None:
         """An env id on `url` is closed or abandoned."""
@@ -161,12 +191,14 @@ class ServerPool:
     def _mark_down(self, server: _Server) -> None:
         with self._lock:
             server.generation += 1
+            server.max_id = -1
             server.down_until = time.monotonic() + DOWN_FOR_S
 
     def _restarted(self, server: _Server, why: str) -> None:
         """Count and log a restart seen in a reply; the caller holds the lock."""
         stale = sum(1 for generation, _ in server.held if generation == server.generation)
         server.generation += 1
+        server.max_id = -1
         server.restarts += 1
         log.warning(
             "env server %s restarted (%s); %d env id(s) of its previous life are dropped, "

@@ -211,13 +211,14 @@ class RemoteEnv:
             return
         server = self.pool.pick()
         body = self.dialect.create_body
+        floor = self.pool.id_floor(server)
         reply, instance = self.pool.exchange(server, "POST", "/create", json=body)
         try:
             env_id = self.dialect.env_id(reply)
         except ProtocolError as error:
             raise RemoteEnvError(str(error)) from error
         grow = self.dialect.ids_only_grow
-        self._generation = self.pool.opened(server, env_id, ids_only_grow=grow)
+        self._generation = self.pool.opened(server, env_id, ids_only_grow=grow, floor=floor)
         self.server, self.env_id, self._instance = server, env_id, instance
         self._episodes_on_id = 0
 
