@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -21,6 +23,12 @@ class SearchConfig(BaseModel):
         min_length=1,
         description='JSONL questions ({"question", "answers", "supporting_titles", '
         '"kind"}); null: the bundled set written for the default corpus.',
+    )
+    question_set: Literal["facts", "arithmetic"] = Field(
+        "facts",
+        description="Bundled questions when qa_path is null: `facts` (the answer is stated in a "
+        "passage) or `arithmetic` (years between two facts the passages state: the answer "
+        "must be computed, e.g. with python[...]).",
     )
     top_k: int = Field(3, gt=0, le=20, description="Passages returned by one search[...].")
     max_passage_chars: int = Field(

@@ -19,7 +19,7 @@ from agentgym_core.api import PythonSandbox, SandboxLimits, StepResult
 from agentgym_env_search.config import SearchConfig
 from agentgym_env_search.index import Searcher, shared_searcher
 from agentgym_env_search.metrics import best_scores
-from agentgym_env_search.qa import QAItem, load_qa, split_of
+from agentgym_env_search.qa import BUNDLED, QAItem, load_qa, split_of
 
 INSTRUCTION = """Answer the question using a search engine over an encyclopedia.
 Each turn, reply with exactly one action:
@@ -91,11 +91,12 @@ _datasets_lock = threading.Lock()
 
 
 def _dataset(config: SearchConfig) -> _Dataset:
-    key = (config.corpus_path, config.qa_path, config.cache_dir)
+    qa_path = config.qa_path or BUNDLED[config.question_set]
+    key = (config.corpus_path, str(qa_path), config.cache_dir)
     with _datasets_lock:
         if key not in _datasets:
             searcher = shared_searcher(config.corpus_path, config.cache_dir)
-            items = tuple(load_qa(config.qa_path, searcher.corpus))
+            items = tuple(load_qa(qa_path, searcher.corpus))
             _datasets[key] = _Dataset(searcher, items)
         return _datasets[key]
 
@@ -221,7 +222,11 @@ class SearchEnv:
     # -- expert ----------------------------------------------------------------------
 
     def expert_action(self) -> str:
-        """The oracle: search each supporting title not searched yet, in order, then answer."""
+        """The oracle: search each supporting title not searched yet, in order, then answer.
+
+        For a computed answer with python[...] offered, it runs the question's
+        program once before answering.
+        """
         if self.item is None:
             raise RuntimeError("expert_action() before reset()")
         if not self.item.supporting_titles:
@@ -232,6 +237,8 @@ class SearchEnv:
         for title in self.item.supporting_titles:
             if title not in self.queries:
                 return f"search[{title}]"
+        if self.item.program and self.sandbox is not None and self.programs == 0:
+            return f"python[{self.item.program}]"
         return f"answer[{self.item.answers[0]}]"
 
     def close(self) -> None:

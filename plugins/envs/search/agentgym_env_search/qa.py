@@ -1,9 +1,10 @@
 """Question sets: a JSONL file of questions, gold answers and supporting passage titles.
 
 Each line is `{"question": str, "answers": [str, ...], "supporting_titles":
-[str, ...], "kind": str}`. `supporting_titles` lists, in the order an oracle
-reads them, the passages that hold the facts (one for a single-hop question,
-two or more for a multi-hop one); `kind` names the template that wrote it.
+[str, ...], "kind": str}`, with `"program": str` for a computed answer.
+`supporting_titles` lists, in the order an oracle reads them, the passages
+that hold the facts (one for a single-hop question, two or more for a
+multi-hop one); `kind` names the template that wrote it.
 The split of a question is a pure function of its text (a hash), so the
 train/test split does not depend on the order or length of the file.
 """
@@ -20,6 +21,11 @@ from agentgym_env_search.corpus import Corpus
 
 DEFAULT_QA = Path(__file__).parent / "data" / "qa.jsonl"
 """Questions written for the default corpus by `scripts/make_qa.py`."""
+ARITHMETIC_QA = Path(__file__).parent / "data" / "qa_arithmetic.jsonl"
+"""Questions whose answer is computed from years the passages state (`make_qa.py --set
+arithmetic`): they need python[...] or arithmetic done in the head."""
+BUNDLED = {"facts": DEFAULT_QA, "arithmetic": ARITHMETIC_QA}
+"""`question_set` -> the bundled file."""
 
 
 class QAError(ValueError):
@@ -41,6 +47,11 @@ class QAItem(BaseModel):
         "the expert searches for them. Two or more make the question multi-hop.",
     )
     kind: str = Field("", description="Template or source of the question, for reports.")
+    program: str = Field(
+        "",
+        description="Python that prints the answer from the facts in the passages (arithmetic "
+        "questions); the expert runs it with python[...] when the tool is offered.",
+    )
 
     @field_validator("answers")
     @classmethod
@@ -97,4 +108,10 @@ def split_of(question: str, test_fraction: float) -> str:
 
 def dumps_qa(items: list[QAItem]) -> str:
     """Items as JSONL text, one object per line (stable key order)."""
-    return "".join(json.dumps(item.model_dump(), ensure_ascii=False) + "\n" for item in items)
+    return "".join(
+        json.dumps(
+            item.model_dump(exclude=set() if item.program else {"program"}), ensure_ascii=False
+        )
+        + "\n"
+        for item in items
+    )

@@ -2,6 +2,7 @@
 
     python plugins/envs/search/scripts/make_qa.py           # rewrites the bundled data/qa.jsonl
     python plugins/envs/search/scripts/make_qa.py --check   # exit 1 if the shipped file differs
+    python plugins/envs/search/scripts/make_qa.py --set arithmetic   # data/qa_arithmetic.jsonl
 
 Questions come from templates over facts that each summary states in its short
 description ("English comic actor (1889-1977)", "1968 film by Stanley
@@ -11,6 +12,13 @@ single hop  birth_year, death_year, work_year, creator, capital
 multi hop   creator_birth_year, creator_death_year (work -> creator),
             place_capital (place -> the city described as its country's capital),
             born_first (two people), creator_born_first (two works -> two creators)
+
+The `arithmetic` set asks for the years between two facts, so the answer is
+computed, not read (each question carries the `program` that prints it):
+
+one passage   lifespan (years from birth to death)
+two passages  birth_gap (two people), creator_age_at_work (work -> creator: years
+              from the creator's birth to the work), creator_lifespan (work -> creator)
 
 Only the questions, the short answers and the titles of the supporting passages
 are written; no passage text. A candidate is kept only if it is reachable:
@@ -33,7 +41,7 @@ from agentgym_env_search.config import SearchConfig
 from agentgym_env_search.corpus import Corpus, load_corpus
 from agentgym_env_search.env import shorten
 from agentgym_env_search.index import Searcher
-from agentgym_env_search.qa import DEFAULT_QA, QAItem, dumps_qa
+from agentgym_env_search.qa import BUNDLED, QAItem, dumps_qa
 
 SEED = 20250911
 QUOTAS = {
@@ -49,6 +57,13 @@ QUOTAS = {
     "creator_born_first": 25,
 }
 """Questions per template (fewer where the corpus has fewer reachable candidates)."""
+ARITHMETIC_QUOTAS = {
+    "lifespan": 50,
+    "birth_gap": 60,
+    "creator_age_at_work": 50,
+    "creator_lifespan": 40,
+}
+"""Questions per template of the arithmetic set."""
 
 LIFE = re.compile(r"\((?:born )?(\d{3,4}) ?[–-] ?(\d{3,4})\)$")
 BORN = re.compile(r"\(born (\d{4})\)$")
@@ -107,6 +122,9 @@ class Candidate:
     bridges: tuple[str, ...] = ()
     answer_in_last: bool = False
     """The answer must be in the last passage itself, not only in an earlier one's text."""
+    operands: tuple[tuple[int, str], ...] = ()
+    """(passage position, number): facts a computed answer is made of, each of which must be
+    shown in that passage (the answer itself need not appear anywhere)."""
 
 
 def display_name(title: str) -> str:
@@ -114,8 +132,12 @@ def display_name(title: str) -> str:
     return re.sub(r" \([^)]*\)$", "", title).split(", ")[0]
 
 
-def _question(kind: str, question: str, answer: str, titles: list[str]) -> QAItem:
-    return QAItem(question=question, answers=[answer], supporting_titles=titles, kind=kind)
+def _question(
+    kind: str, question: str, answer: str, titles: list[str], program: str = ""
+) -> QAItem:
+    return QAItem(
+        question=question, answers=[answer], supporting_titles=titles, kind=kind, program=program
+    )
 
 
 class Facts:
@@ -234,6 +256,47 @@ def _creators_born_first(facts: Facts, rng: random.Random) -> Iterator[Candidate
         yield Candidate(item, bridges=(c1, "", c2))
 
 
+def arithmetic(facts: Facts, rng: random.Random) -> Iterator[Candidate]:
+    """Years between two stated facts: the answer is computed, never read."""
+    for person, (born, died) in facts.people.items():
+        if died is not None:
+            question = f"How many years passed between the birth and the death of {person}?"
+            item = _question(
+                "lifespan", question, str(died - born), [person], f"print({died} - {born})"
+            )
+            yield Candidate(item, operands=((0, str(born)), (0, str(died))))
+    for work, (kind, year, creator) in facts.works.items():
+        if creator not in facts.people:
+            continue
+        born, died = facts.people[creator]
+        who = f"the person who {VERB.get(kind, 'wrote')} the {kind} {display_name(work)}"
+        titles = [work, creator]
+        if year is not None and 10 <= year - born <= 100:
+            question = (
+                f"How many years after the birth of {who} was it {RELEASE.get(kind, 'published')}?"
+            )
+            item = _question(
+                "creator_age_at_work", question, str(year - born), titles, f"print({year} - {born})"
+            )
+            yield Candidate(item, bridges=(creator,), operands=((0, str(year)), (1, str(born))))
+        if died is not None:
+            question = f"How many years passed between the birth and the death of {who}?"
+            item = _question(
+                "creator_lifespan", question, str(died - born), titles, f"print({died} - {born})"
+            )
+            yield Candidate(item, bridges=(creator,), operands=((1, str(born)), (1, str(died))))
+    people = sorted(facts.people)
+    for _ in range(20 * ARITHMETIC_QUOTAS["birth_gap"]):
+        a, b = rng.sample(people, 2)
+        born_a, born_b = facts.people[a][0], facts.people[b][0]
+        if born_a == born_b:
+            continue
+        question = f"How many years apart were {a} and {b} born?"
+        program = f"print(abs({born_a} - {born_b}))"
+        item = _question("birth_gap", question, str(abs(born_a - born_b)), [a, b], program)
+        yield Candidate(item, operands=((0, str(born_a)), (1, str(born_b))))
+
+
 def shown(searcher: Searcher, title: str, max_chars: int) -> str:
     """What a search result shows of the passage `title`: its title and cut text."""
     passage = searcher.corpus.passages[searcher.corpus.index_of(title)]
@@ -253,6 +316,8 @@ def reachable(candidate: Candidate, searcher: Searcher, max_chars: int) -> bool:
             return False
     if not all("]" not in t for t in item.supporting_titles):
         return False  # search[...] could not carry it
+    if candidate.operands:
+        return all(number in texts[at] for at, number in candidate.operands)
     answer = item.answers[0].lower()
     if candidate.answer_in_last:
         return answer in texts[-1]
@@ -264,20 +329,26 @@ def make_items(
     topics: dict[str, str],
     searcher: Searcher,
     max_chars: int,
+    question_set: str = "facts",
 ) -> list[QAItem]:
     """Every template's reachable candidates, a seeded sample of each up to its quota."""
     rng = random.Random(SEED)
     facts = Facts(descriptions, topics)
-    by_kind: dict[str, list[QAItem]] = {kind: [] for kind in QUOTAS}
+    quotas = QUOTAS if question_set == "facts" else ARITHMETIC_QUOTAS
+    by_kind: dict[str, list[QAItem]] = {kind: [] for kind in quotas}
     seen: set[str] = set()
-    for candidate in [*single_hop(facts), *multi_hop(facts, rng)]:
+    if question_set == "facts":
+        candidates = [*single_hop(facts), *multi_hop(facts, rng)]
+    else:
+        candidates = list(arithmetic(facts, rng))
+    for candidate in candidates:
         item = candidate.item
         if item.question in seen or not reachable(candidate, searcher, max_chars):
             continue
         seen.add(item.question)
         by_kind[item.kind].append(item)
     chosen: list[QAItem] = []
-    for kind, quota in QUOTAS.items():
+    for kind, quota in quotas.items():
         pool = by_kind[kind]
         chosen.extend(rng.sample(pool, min(quota, len(pool))))
     return chosen
@@ -295,23 +366,27 @@ def _descriptions(corpus: Corpus) -> tuple[dict[str, str], dict[str, str]]:
     return descriptions, topics
 
 
-def build(cache_dir: Path | None = None) -> list[QAItem]:
-    """The question set for the default corpus and the default passage length."""
+def build(cache_dir: Path | None = None, question_set: str = "facts") -> list[QAItem]:
+    """A question set for the default corpus and the default passage length."""
     corpus = load_corpus(None)
     searcher = Searcher(corpus, cache_dir)
     descriptions, topics = _descriptions(corpus)
-    return make_items(descriptions, topics, searcher, SearchConfig().max_passage_chars)
+    max_chars = SearchConfig().max_passage_chars
+    return make_items(descriptions, topics, searcher, max_chars, question_set)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or `--check`) the bundled QA file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_QA)
+    parser.add_argument("--set", dest="question_set", choices=list(BUNDLED), default="facts")
+    parser.add_argument("--out", type=Path, default=None, help="default: the bundled file")
     parser.add_argument("--check", action="store_true", help="compare with --out, write nothing")
     parser.add_argument("--cache-dir", type=Path, default=None)
     args = parser.parse_args(argv)
-    items = build(args.cache_dir)
-    summary = ", ".join(f"{k} {sum(i.kind == k for i in items)}" for k in QUOTAS)
+    args.out = args.out or BUNDLED[args.question_set]
+    items = build(args.cache_dir, args.question_set)
+    quotas = QUOTAS if args.question_set == "facts" else ARITHMETIC_QUOTAS
+    summary = ", ".join(f"{k} {sum(i.kind == k for i in items)}" for k in quotas)
     if args.check:
         same = args.out.is_file() and args.out.read_text(encoding="utf-8") == dumps_qa(items)
         print(f"{len(items)} questions ({summary}): {'same as' if same else 'NOT'} {args.out}")

@@ -56,3 +56,23 @@ def test_without_the_option_python_is_an_invalid_action(default_env):
     default_env.reset(default_env.tasks("train")[0])
     assert default_env.step("python[print(1)]").observation == INVALID
     assert "python" not in default_env.instruction()
+
+
+def test_the_expert_computes_arithmetic_answers_with_python(search_cache):
+    env = SearchEnv(
+        SearchConfig(cache_dir=str(search_cache), question_set="arithmetic", python=True)
+    )
+    for task in env.tasks("test")[:6]:
+        env.reset(task)
+        actions, result = [], None
+        while result is None or not result.done:
+            actions.append(env.expert_action())
+            result = env.step(actions[-1])
+            if actions[-1].startswith("python["):
+                assert result.observation == f"Python output:\n{env.items[task].answers[0]}"
+        assert result.reward == 1.0 and result.info["programs"] == 1
+        assert [a.split("[")[0] for a in actions][-2:] == ["python", "answer"]
+    plain = SearchEnv(SearchConfig(cache_dir=str(search_cache), question_set="arithmetic"))
+    plain.reset(plain.tasks("test")[0])
+    while not plain.expert_action().startswith("answer["):  # no tool: it answers directly
+        plain.step(plain.expert_action())

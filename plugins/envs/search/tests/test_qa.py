@@ -12,7 +12,7 @@ from agentgym_env_search import SearchConfig, SearchEnv
 from agentgym_env_search.corpus import CorpusError, load_corpus
 from agentgym_env_search.env import shorten
 from agentgym_env_search.index import Searcher, cache_key
-from agentgym_env_search.qa import DEFAULT_QA, QAError, load_qa
+from agentgym_env_search.qa import BUNDLED, QAError, load_qa
 
 MAKE_QA = Path(__file__).parents[1] / "scripts" / "make_qa.py"
 
@@ -67,14 +67,35 @@ def test_answers_are_short_and_single_hop_answers_sit_in_their_passage(default_e
             assert item.answers[0].lower() in shown(default_env, item.supporting_titles[0])
 
 
-def test_make_qa_regenerates_the_shipped_file(search_cache, monkeypatch):
+@pytest.mark.parametrize("question_set", ["facts", "arithmetic"])
+def test_make_qa_regenerates_the_shipped_file(search_cache, monkeypatch, question_set):
     spec = importlib.util.spec_from_file_location("make_qa", MAKE_QA)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "make_qa", module)  # dataclasses look their module up
     spec.loader.exec_module(module)
-    items = module.build(search_cache)
-    shipped = load_qa(DEFAULT_QA, load_corpus(None))
+    items = module.build(search_cache, question_set)
+    shipped = load_qa(BUNDLED[question_set], load_corpus(None))
     assert items == shipped
+
+
+def test_arithmetic_answers_are_computed_from_numbers_the_passages_show(search_cache):
+    """The answer is no passage's text: it is the program's result over shown years."""
+    env = SearchEnv(SearchConfig(cache_dir=str(search_cache), question_set="arithmetic"))
+    assert len(env.items) == 200 and len(env.tasks("test")) >= 30
+    assert {item.kind for item in env.items} == {
+        "lifespan",
+        "birth_gap",
+        "creator_age_at_work",
+        "creator_lifespan",
+    }
+    read = 0
+    for item in env.items:
+        left, right = re.fullmatch(r"print\((?:abs\()?(\d+) - (\d+)\)?\)", item.program).groups()
+        assert abs(int(left) - int(right)) == int(item.answers[0]), item.program
+        texts = " ".join(shown(env, t) for t in item.supporting_titles)
+        assert left in texts and right in texts, item.question
+        read += item.answers[0] in texts
+    assert read < len(env.items) / 2  # mostly not stated anywhere: it must be computed
 
 
 def test_index_cache_is_reused_and_keyed_by_corpus(tmp_path):
