@@ -2,7 +2,8 @@
 
 Steps, all timed: build a tiny Qwen2-architecture model whose tokenizer is
 trained on BabyAI's own text; evaluate it untrained on held-out test tasks;
-train it (configs/babyai-demo.yaml); evaluate it again; print both per level.
+train it (configs/babyai-demo.yaml); evaluate it again; print both per level,
+and the command that opens the viewer on every evaluation episode.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def main() -> int:
         f"demo: held-out success {after['success_rate']:.2f} "
         f"(untrained {before['success_rate']:.2f}) in {elapsed:.0f} s"
     )
+    run_dir = Path(resolved.root.run.output_dir)
+    print(f"every evaluation episode, before and after, turn by turn: agentgym view {run_dir}")
     return 0
 
 

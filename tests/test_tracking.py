@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pluggy
 import pytest
@@ -133,6 +134,33 @@ def test_trajectories_as_jsonl_artifact(tracker, tmp_path):
     assert "token_ids" not in lines[0] and "logprobs" not in lines[0]
     back = Trajectory.from_dict(lines[0])
     assert back.turns[1].observation == "room 1" and back.turns[1].info == {"pos": 1}
+
+
+def test_an_evaluation_logs_its_own_count_and_traces_keep_to_the_train_count(store, tmp_path):
+    """`log_eval_trajectories`: every episode of an evaluation as JSONL, few as traces."""
+    tracker = MlflowTracker(
+        tmp_path / "run",
+        uri=store,
+        experiment="eval-count",
+        log_trajectories=2,
+        log_eval_trajectories=10,
+    )
+    try:
+        episodes = [trajectory(i, 0) for i in range(10)]
+        traced = tracker.log_episodes(0, episodes, split="test")
+        tracker.log_episodes(1, episodes, split="train")
+        local = mlflow.artifacts.download_artifacts(
+            run_id=tracker.run_id,
+            artifact_path="trajectories",
+            dst_path=str(tmp_path / "dl"),
+            tracking_uri=tracker.uri,
+        )
+        logged = Path(local)
+        test_lines = (logged / "test" / "step-000000.jsonl").read_text().splitlines()
+        train_lines = (logged / "step-000001.jsonl").read_text().splitlines()
+        assert len(test_lines) == 10 and len(train_lines) == 2 and len(traced) == 2
+    finally:
+        tracker.close()
 
 
 def test_traces_are_linked_and_readable(tracker):

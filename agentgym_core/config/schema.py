@@ -308,6 +308,12 @@ class TrackingConfig(_Block):
     log_trajectories: int = Field(
         8, ge=0, description="Trajectories logged per update and evaluation; 0: none."
     )
+    log_eval_trajectories: int | None = Field(
+        None,
+        ge=0,
+        description="Episodes of each evaluation logged as JSONL (for `agentgym view`); null: "
+        "log_trajectories. MLflow traces keep to log_trajectories either way.",
+    )
     traces: bool = Field(True, description="Also log trajectories as MLflow traces.")
     tags: dict[str, str] = Field(
         default_factory=dict, description="Extra MLflow tags set on the run."

@@ -49,6 +49,7 @@ def _tracker(resolved: Any, stage_name: str, store_dir: Path) -> MlflowTracker:
         run_name=f"{root.run.name}/{stage_name}",
         params=resolved.to_dict(),
         log_trajectories=root.tracking.log_trajectories,
+        log_eval_trajectories=root.tracking.log_eval_trajectories,
         traces=root.tracking.traces,
         resume=root.trainer.resume,
         tags={**viewer_note(store_dir, root.tracking.uri), **root.tracking.tags},

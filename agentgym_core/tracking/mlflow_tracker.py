@@ -120,6 +120,8 @@ class MlflowTracker:
         run_name: MLflow run name.
         params: the resolved config (nested), logged flattened as params.
         log_trajectories: trajectories logged per step (JSONL and traces); 0: none.
+        log_eval_trajectories: episodes of an evaluation logged as JSONL (None: as
+            `log_trajectories`); traces keep to `log_trajectories`.
         traces: also log them as MLflow traces.
         resume_run_id: continue this MLflow run; None: the one saved in `run_dir`
             when `resume`, else a new run.
@@ -136,6 +138,7 @@ class MlflowTracker:
         run_name: str = "",
         params: Mapping[str, Any] | None = None,
         log_trajectories: int = 8,
+        log_eval_trajectories: int | None = None,
         traces: bool = True,
         resume_run_id: str | None = None,
         resume: bool = True,
@@ -148,6 +151,9 @@ class MlflowTracker:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.uri = uri or sqlite_uri(self.run_dir / STORE_FILE)
         self.log_trajectories = log_trajectories
+        self.log_eval_trajectories = (
+            log_trajectories if log_eval_trajectories is None else log_eval_trajectories
+        )
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._experiment(experiment)
         wanted = resume_run_id or (saved_run_id(self.run_dir) if resume else None)
@@ -155,7 +161,7 @@ class MlflowTracker:
         (self.run_dir / RUN_ID_FILE).write_text(self._run_id + "\n")
         self._log_params(flatten(params or {}))
         self._traces = None
-        if traces and log_trajectories > 0:
+        if traces and max(log_trajectories, self.log_eval_trajectories) > 0:
             from agentgym_core.tracking.traces import TraceWriter
 
             self._traces = TraceWriter(
@@ -222,20 +228,24 @@ class MlflowTracker:
     def log_episodes(
         self, step: int, trajectories: Sequence[Trajectory], *, split: str = "train"
     ) -> list[str]:
-        """Log up to `log_trajectories` episodes as JSONL (and traces); returns trace ids.
+        """Log episodes as JSONL (and traces); returns trace ids.
 
-        Train episodes go to `trajectories/step-000012.jsonl`, others to
-        `trajectories/<split>/step-000012.jsonl`.
+        Train episodes (`log_trajectories` of them) go to
+        `trajectories/step-000012.jsonl`, an evaluation's
+        (`log_eval_trajectories`) to `trajectories/<split>/step-000012.jsonl`.
+        Traces keep to the first `log_trajectories` of them.
         """
-        chosen = round_robin(trajectories, self.log_trajectories)
+        count = self.log_trajectories if split == "train" else self.log_eval_trajectories
+        chosen = round_robin(trajectories, count)
         if not chosen:
             return []
         folder = "trajectories" if split == "train" else f"trajectories/{split}"
         self.client.log_text(self._run_id, jsonl(chosen), f"{folder}/step-{step:06d}.jsonl")
-        if self._traces is None:
+        traced = chosen[: self.log_trajectories]
+        if self._traces is None or not traced:
             return []
         try:
-            return self._traces.write(chosen, step=step, split=split)
+            return self._traces.write(traced, step=step, split=split)
         except Exception as error:  # traces are a view: never stop training for them
             _log.warning("MLflow traces disabled after an error: %s", error)
             self._traces = None
