@@ -197,6 +197,8 @@ def test_bad_input_gets_openenv_errors_and_the_session_goes_on(babyai):
         assert (
             "before reset" in _ask(ws, {"type": "step", "data": {"text": "x"}})["data"]["message"]
         )
+        ws.send(b"\xff not text either")  # a binary frame: read as text, answered, not a crash
+        assert json.loads(ws.recv(timeout=30))["data"]["code"] == "INVALID_JSON"
         assert (
             _ask(ws, {"type": "reset", "data": {"index": 0, "split": "train"}})["type"]
             == "observation"

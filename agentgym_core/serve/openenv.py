@@ -474,7 +474,7 @@ async def _serve_session(websocket: WebSocket, server: OpenEnvServer, session: S
     episode = Episode()
     while True:
         try:
-            raw = await asyncio.wait_for(websocket.receive_text(), server.idle_timeout_s)
+            raw = await asyncio.wait_for(_receive(websocket), server.idle_timeout_s)
         except TimeoutError:
             await _send_error(
                 websocket,
@@ -497,6 +497,16 @@ async def _serve_session(websocket: WebSocket, server: OpenEnvServer, session: S
         if reply is None:  # close
             return
         await websocket.send_json(reply)
+
+
+async def _receive(websocket: WebSocket) -> str:
+    """The next message as text (a binary frame is decoded as UTF-8, as a client may send)."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    if message.get("text") is not None:
+        return message["text"]
+    return (message.get("bytes") or b"").decode("utf-8", errors="replace")
 
 
 async def _answer(
