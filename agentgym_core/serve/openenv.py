@@ -77,6 +77,7 @@ def create_openenv_app(
         try:
             yield
         finally:
+            await server.close_probe()
             await store.close_all()
 
     app = FastAPI(
@@ -167,11 +168,10 @@ def _http_routes(app: FastAPI, server: OpenEnvServer) -> None:
     @app.get("/metadata")
     async def metadata() -> Metadata:
         """The env's name, version, and its instruction prompt as the description."""
-        async with _one_off(server) as session:
-            try:
-                instruction = await server.instruction(session.env)
-            except OpenEnvError as error:
-                raise _http(error) from error
+        try:
+            instruction = await server.instruction(await server.probe())
+        except OpenEnvError as error:
+            raise _http(error) from error
         return Metadata(
             name=server.env_name,
             description=instruction,
@@ -186,11 +186,10 @@ def _http_routes(app: FastAPI, server: OpenEnvServer) -> None:
     @app.get("/tasks")
     async def tasks(split: Literal["train", "test"] = "train") -> dict[str, Any]:
         """Ours, not OpenEnv's: the task ids of a split, for clients that choose tasks."""
-        async with _one_off(server) as session:
-            try:
-                ids = await server.task_ids(session.env, split)
-            except OpenEnvError as error:
-                raise _http(error) from error
+        try:
+            ids = await server.task_ids(await server.probe(), split)
+        except OpenEnvError as error:
+            raise _http(error) from error
         return {"split": split, "tasks": ids}
 
 

@@ -7,6 +7,8 @@ checked by the Environment contract) is in this module.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import random
 import uuid
@@ -81,6 +83,29 @@ class OpenEnvServer:
         """Open `/ws` sessions, counted from accept (before their env exists)."""
         self._tasks: dict[str, list[int]] = {}
         self._instruction: str | None = None
+        self._probe: Environment | None = None
+        self._probe_lock = asyncio.Lock()
+
+    async def probe(self) -> Environment:
+        """An environment of its own for `/metadata` and `/tasks`, made on first use.
+
+        As `EnvServer.probe`: those routes never build an env per request.
+        """
+        async with self._probe_lock:
+            if self._probe is None:
+                try:
+                    self._probe = await self.store.call(self.store.factory)
+                except Exception as error:  # noqa: BLE001 - the env's constructor failed
+                    raise OpenEnvError(
+                        ErrorCode.FACTORY_ERROR, f"creating {self.env_name}: {error}", 500
+                    ) from error
+            return self._probe
+
+    async def close_probe(self) -> None:
+        """Close the probe env (shutdown); one stuck in a call is left behind."""
+        if self._probe is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.store.call(self._probe.close), 1.0)
 
     async def task_ids(self, env: Environment, split: str) -> list[int]:
         """The task ids of `split` (asked of the env once, then remembered)."""

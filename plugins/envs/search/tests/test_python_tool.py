@@ -74,5 +74,8 @@ def test_the_expert_computes_arithmetic_answers_with_python(search_cache):
         assert [a.split("[")[0] for a in actions][-2:] == ["python", "answer"]
     plain = SearchEnv(SearchConfig(cache_dir=str(search_cache), question_set="arithmetic"))
     plain.reset(plain.tasks("test")[0])
-    while not plain.expert_action().startswith("answer["):  # no tool: it answers directly
-        plain.step(plain.expert_action())
+    actions = []
+    while not actions or not actions[-1].startswith("answer["):  # no tool: it answers directly
+        actions.append(plain.expert_action())
+        result = plain.step(actions[-1])
+    assert not any(a.startswith("python[") for a in actions) and result.reward == 1.0
