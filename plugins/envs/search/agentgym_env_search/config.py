@@ -24,11 +24,12 @@ class SearchConfig(BaseModel):
         description='JSONL questions ({"question", "answers", "supporting_titles", '
         '"kind"}); null: the bundled set written for the default corpus.',
     )
-    question_set: Literal["facts", "arithmetic"] = Field(
+    question_set: Literal["facts", "arithmetic", "lifespans"] = Field(
         "facts",
         description="Bundled questions when qa_path is null: `facts` (the answer is stated in a "
-        "passage) or `arithmetic` (years between two facts the passages state: the answer "
-        "must be computed, e.g. with python[...]).",
+        "passage), `arithmetic` (years between two facts the passages state: the answer "
+        "must be computed, e.g. with python[...]) or `lifespans` (every reachable "
+        "birth-to-death question, one per person).",
     )
     top_k: int = Field(3, gt=0, le=20, description="Passages returned by one search[...].")
     max_passage_chars: int = Field(

@@ -24,7 +24,10 @@ DEFAULT_QA = Path(__file__).parent / "data" / "qa.jsonl"
 ARITHMETIC_QA = Path(__file__).parent / "data" / "qa_arithmetic.jsonl"
 """Questions whose answer is computed from years the passages state (`make_qa.py --set
 arithmetic`): they need python[...] or arithmetic done in the head."""
-BUNDLED = {"facts": DEFAULT_QA, "arithmetic": ARITHMETIC_QA}
+LIFESPANS_QA = Path(__file__).parent / "data" / "qa_lifespans.jsonl"
+"""Every reachable "years between the birth and the death of X" question, one per person
+(`make_qa.py --set lifespans`): enough different names to learn the procedure, not answers."""
+BUNDLED = {"facts": DEFAULT_QA, "arithmetic": ARITHMETIC_QA, "lifespans": LIFESPANS_QA}
 """`question_set` -> the bundled file."""
 
 

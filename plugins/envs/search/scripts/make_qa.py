@@ -3,6 +3,7 @@
     python plugins/envs/search/scripts/make_qa.py           # rewrites the bundled data/qa.jsonl
     python plugins/envs/search/scripts/make_qa.py --check   # exit 1 if the shipped file differs
     python plugins/envs/search/scripts/make_qa.py --set arithmetic   # data/qa_arithmetic.jsonl
+    python plugins/envs/search/scripts/make_qa.py --set lifespans    # data/qa_lifespans.jsonl
 
 Questions come from templates over facts that each summary states in its short
 description ("English comic actor (1889-1977)", "1968 film by Stanley
@@ -64,6 +65,10 @@ ARITHMETIC_QUOTAS = {
     "creator_lifespan": 40,
 }
 """Questions per template of the arithmetic set."""
+LIFESPAN_QUOTAS = {"lifespan": 100_000}
+"""The `lifespans` set: every reachable lifespan question, one per person (enough people that
+a tiny model can learn to copy a name into its query and two years into python[...])."""
+QUOTAS_OF = {"facts": QUOTAS, "arithmetic": ARITHMETIC_QUOTAS, "lifespans": LIFESPAN_QUOTAS}
 
 LIFE = re.compile(r"\((?:born )?(\d{3,4}) ?[–-] ?(\d{3,4})\)$")
 BORN = re.compile(r"\(born (\d{4})\)$")
@@ -334,7 +339,7 @@ def make_items(
     """Every template's reachable candidates, a seeded sample of each up to its quota."""
     rng = random.Random(SEED)
     facts = Facts(descriptions, topics)
-    quotas = QUOTAS if question_set == "facts" else ARITHMETIC_QUOTAS
+    quotas = QUOTAS_OF[question_set]
     by_kind: dict[str, list[QAItem]] = {kind: [] for kind in quotas}
     seen: set[str] = set()
     if question_set == "facts":
@@ -343,7 +348,9 @@ def make_items(
         candidates = list(arithmetic(facts, rng))
     for candidate in candidates:
         item = candidate.item
-        if item.question in seen or not reachable(candidate, searcher, max_chars):
+        if item.kind not in by_kind or item.question in seen:
+            continue
+        if not reachable(candidate, searcher, max_chars):
             continue
         seen.add(item.question)
         by_kind[item.kind].append(item)
@@ -385,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = args.out or BUNDLED[args.question_set]
     items = build(args.cache_dir, args.question_set)
-    quotas = QUOTAS if args.question_set == "facts" else ARITHMETIC_QUOTAS
+    quotas = QUOTAS_OF[args.question_set]
     summary = ", ".join(f"{k} {sum(i.kind == k for i in items)}" for k in quotas)
     if args.check:
         same = args.out.is_file() and args.out.read_text(encoding="utf-8") == dumps_qa(items)

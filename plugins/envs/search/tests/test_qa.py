@@ -67,7 +67,7 @@ def test_answers_are_short_and_single_hop_answers_sit_in_their_passage(default_e
             assert item.answers[0].lower() in shown(default_env, item.supporting_titles[0])
 
 
-@pytest.mark.parametrize("question_set", ["facts", "arithmetic"])
+@pytest.mark.parametrize("question_set", ["facts", "arithmetic", "lifespans"])
 def test_make_qa_regenerates_the_shipped_file(search_cache, monkeypatch, question_set):
     spec = importlib.util.spec_from_file_location("make_qa", MAKE_QA)
     module = importlib.util.module_from_spec(spec)
@@ -96,6 +96,23 @@ def test_arithmetic_answers_are_computed_from_numbers_the_passages_show(search_c
         assert left in texts and right in texts, item.question
         read += item.answers[0] in texts
     assert read < len(env.items) / 2  # mostly not stated anywhere: it must be computed
+
+
+def test_lifespans_ask_one_question_per_person_and_keep_test_people_out_of_train(search_cache):
+    """Each person is asked about once, so a test question's person is never seen in training."""
+    env = SearchEnv(SearchConfig(cache_dir=str(search_cache), question_set="lifespans"))
+    assert len(env.items) > 1000 and {item.kind for item in env.items} == {"lifespan"}
+    people = [item.supporting_titles[0] for item in env.items]
+    assert len(set(people)) == len(people)
+    test = {people[t] for t in env.tasks("test")}
+    train = {people[t] for t in env.tasks("train")}
+    assert len(test) > 150 and not test & train
+    for item in env.items:
+        died, born = re.fullmatch(r"print\((\d+) - (\d+)\)", item.program).groups()
+        assert int(died) - int(born) == int(item.answers[0])
+        assert died in shown(env, item.supporting_titles[0]) and born in shown(
+            env, item.supporting_titles[0]
+        )
 
 
 def test_index_cache_is_reused_and_keyed_by_corpus(tmp_path):
