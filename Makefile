@@ -21,7 +21,7 @@ $(BIN)/python:
 # Core plus every plugin, editable. torch is pinned first: an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
 	$(PIP) install -qq $(TORCH)
-	$(PIP) install -qq -e '.[dev,serve,bench,lora,openenv-tests]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(PIP) install -qq -e '.[dev,serve,bench,lora,openenv-tests,trl]' $(addprefix -e ,$(PLUGIN_DIRS))
 	$(PIP) install -qq --no-deps $(OPENENV)
 	touch $(STAMP)
 
