@@ -120,6 +120,19 @@ class EnvPool:
         """Forget a broken instance; whoever dropped it closes it."""
         self._out.pop(id(env), None)
 
+    def counters(self) -> dict[str, float]:
+        """An instance's `counters()`, prefixed `env/` (empty when there is none).
+
+        `counters()` is an optional Environment method: cumulative numbers the
+        env keeps across instances, such as the remote env's per-server counts.
+        """
+        for env in [*self._idle, *self._out.values()]:
+            counters = getattr(env, "counters", None)
+            if callable(counters):
+                return {f"env/{key}": float(value) for key, value in counters().items()}
+            return {}
+        return {}
+
     def close(self, out_timeout_s: float = OUT_CLOSE_S) -> None:
         """Close every instance; the first failure is raised after all were tried.
 

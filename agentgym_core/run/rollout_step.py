@@ -34,7 +34,7 @@ from agentgym_core.run.components import Components
 from agentgym_core.run.evaluate import evaluation_tasks
 from agentgym_core.run.metrics import rollout_metrics
 from agentgym_core.run.runtime import share_rows
-from agentgym_core.types import TrajectoryBatch
+from agentgym_core.types import Trajectory, TrajectoryBatch
 
 Played = tuple[dict[str, float], TrajectoryBatch]
 """An update's rollout metrics and its trajectories."""
@@ -138,13 +138,39 @@ class RolloutStep:
             for sample in range(trainer.group_size)
         ]
         start = time.perf_counter()
-        mine = self.engine.run(
-            distributed.shard(episodes), rollout_settings(self.root, max_turns=horizon, seed=seed)
-        )
+        shard = distributed.shard(episodes)
+        settings = rollout_settings(self.root, max_turns=horizon, seed=seed)
+        played = self.engine.run(shard, settings)
+        mine, replayed = replay_env_errors(self.engine, shard, played, settings)
         batch = TrajectoryBatch(distributed.gather(mine))
         metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)
+        metrics["rollout/env_errors_replayed"] = float(sum(distributed.gather([replayed])))
+        metrics.update(self.engine.pool.counters())
         metrics["step_seconds"] = time.perf_counter() - start
         return metrics, batch
+
+
+def replay_env_errors(
+    engine: RolloutEngine,
+    episodes: list[EpisodeSpec],
+    played: list[Trajectory],
+    settings: RolloutSettings,
+) -> tuple[list[Trajectory], int]:
+    """Play once more the episodes that ended in env_error (same task, group, sample, seed).
+
+    An env server lost mid-episode then costs the update nothing when another
+    answers: its episodes start again from reset elsewhere. When every episode
+    failed, nothing is replayed here: that is an outage, which `RolloutStep`
+    waits out. Returns the trajectories, replays in place, and how many were replayed.
+    """
+    failed = [i for i, t in enumerate(played) if recovery.is_env_error(t)]
+    if not failed or len(failed) == len(played):
+        return played, 0
+    again = engine.run([episodes[i] for i in failed], settings)
+    out = list(played)
+    for index, trajectory in zip(failed, again, strict=True):
+        out[index] = trajectory
+    return out, len(failed)
 
 
 def build_rollout_step(

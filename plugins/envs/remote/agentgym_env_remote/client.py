@@ -11,6 +11,13 @@ serve-env` names its life in an `X-AgentGym-Instance` header on every reply
 out again an id that this client still holds. Either way every env id of
 that replica is marked stale, so no episode goes on in an id that may now be
 someone else's; each restart is counted (`ServerPool.restarts`) and logged.
+
+A replica that stops answering (a refused or dropped connection) gets no new
+env ids until a probe (a GET of its root, every `PROBE_EVERY_S`, any HTTP
+answer will do) finds it up again, so a restarted server is used again as
+soon as it answers, and a dead one is not tried again by episodes.
+`ServerPool.counters` gives, per replica, the env ids opened, the requests
+that failed and the seconds it was down, for the run's metrics.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ INVALID_ID = re.compile(r"\bid\b.*\bnot valid\b", re.IGNORECASE)
 """AgentGym's reply to an id it does not know: `{"error": "The id 99 is not valid."}`."""
 CLOSE_TIMEOUT_S = 5.0
 """Closing is best effort: never wait long on a server that may be gone."""
-DOWN_FOR_S = 5.0
-"""After a connection failure, new env ids avoid that replica for this long (if others exist)."""
+PROBE_EVERY_S = 0.5
+"""How often a replica found down is probed; new env ids avoid it (if others are up) till then."""
+PROBE_TIMEOUT_S = 2.0
+"""A probe's own time limit: a replica that takes longer is still down."""
 INSTANCE_HEADER = "X-AgentGym-Instance"
 """`agentgym serve-env`'s header naming the server's life; random per start."""
 
@@ -57,7 +66,14 @@ class _Server:
     open_ids: int = 0
     generation: int = 0
     """Bumped when the server is found unreachable or restarted: ids created before may be gone."""
-    down_until: float = 0.0
+    down_since: float | None = None
+    """When the replica was found unreachable; None while it answers."""
+    seconds_down: float = 0.0
+    """Down time of earlier outages (the current one is counted from `down_since`)."""
+    episodes: int = 0
+    """Env ids ever opened on the replica."""
+    errors: int = 0
+    """Requests to the replica that failed (error replies, timeouts, lost connections)."""
     instance: str | None = None
     """The latest `X-AgentGym-Instance` seen (None: the server sends none)."""
     retired: set[str] = field(default_factory=set)
@@ -106,6 +122,8 @@ class ServerPool:
         }
         self._lock = threading.Lock()
         self._turn = itertools.count()
+        self._prober: threading.Thread | None = None
+        self._closed = threading.Event()
 
     @property
     def urls(self) -> list[str]:
@@ -115,11 +133,10 @@ class ServerPool:
     # -- balancing ---------------------------------------------------------------------
 
     def pick(self) -> str:
-        """The replica for a new env id: fewest open ids among those not recently down."""
+        """The replica for a new env id: fewest open ids among those up (all, if none is)."""
         with self._lock:
-            now = time.monotonic()
             servers = list(self._servers.values())
-            up = [s for s in servers if s.down_until <= now] or servers
+            up = [s for s in servers if s.down_since is None] or servers
             fewest = min(s.open_ids for s in up)
             tied = [s for s in up if s.open_ids == fewest]
             return tied[next(self._turn) % len(tied)].url
@@ -153,6 +170,7 @@ class ServerPool:
             if ids_only_grow and env_id is not None and self._reused(server, env_id, floor):
                 self._restarted(server, f"it handed out env id {env_id} again")
             server.open_ids += 1
+            server.episodes += 1
             if env_id is not None:
                 server.held.add((server.generation, env_id))
                 server.max_id = max(server.max_id, env_id)
@@ -188,11 +206,55 @@ class ServerPool:
         """Env ids open on each replica (what balancing looks at)."""
         return {url: s.open_ids for url, s in self._servers.items()}
 
+    def is_up(self, url: str) -> bool:
+        """False from a failed connection until a probe gets an answer."""
+        return self._servers[url].down_since is None
+
+    def counters(self) -> dict[str, float]:
+        """Per replica (`host_port`): env ids opened, failed requests, seconds down, restarts."""
+        now = time.monotonic()
+        out: dict[str, float] = {}
+        with self._lock:
+            for url, s in self._servers.items():
+                name = server_name(url)
+                down = s.seconds_down + (now - s.down_since if s.down_since is not None else 0.0)
+                out[f"server/{name}/episodes"] = float(s.episodes)
+                out[f"server/{name}/env_errors"] = float(s.errors)
+                out[f"server/{name}/seconds_down"] = round(down, 3)
+                out[f"server/{name}/restarts"] = float(s.restarts)
+        return out
+
     def _mark_down(self, server: _Server) -> None:
         with self._lock:
             server.generation += 1
             server.max_id = -1
-            server.down_until = time.monotonic() + DOWN_FOR_S
+            if server.down_since is None:
+                server.down_since = time.monotonic()
+                log.warning("env server %s is down; probing it until it answers", server.url)
+            if self._prober is None or not self._prober.is_alive():
+                self._prober = threading.Thread(
+                    target=self._probe_while_down, name="agentgym-remote-probe", daemon=True
+                )
+                self._prober.start()
+
+    def _probe_while_down(self) -> None:
+        """Probe every replica that is down until each answers (or the pool closes)."""
+        while not self._closed.wait(PROBE_EVERY_S):
+            with self._lock:
+                down = [s for s in self._servers.values() if s.down_since is not None]
+                if not down:
+                    self._prober = None
+                    return
+            for server in down:
+                try:
+                    server.client.get("/", timeout=PROBE_TIMEOUT_S)
+                except httpx.HTTPError:
+                    continue
+                with self._lock:
+                    if server.down_since is not None:
+                        server.seconds_down += time.monotonic() - server.down_since
+                        server.down_since = None
+                        log.warning("env server %s answers again", server.url)
 
     def _restarted(self, server: _Server, why: str) -> None:
         """Count and log a restart seen in a reply; the caller holds the lock."""
@@ -268,16 +330,20 @@ class ServerPool:
         headers = {INSTANCE_HEADER: instance} if instance else None
         try:
             response = self._send(server, where, method, path, json, params, timeout_s, headers)
+            answered = response.headers.get(INSTANCE_HEADER)
+            self._saw_instance(server, answered)
+            if instance is not None and answered is not None and answered != instance:
+                raise ServerRestarted(
+                    f"{where}: the server restarted (instance {instance} is now {answered}); "
+                    "the env id is gone and the episode is lost"
+                )
+            return _reply(where, response), answered
+        except RemoteEnvError:
+            with self._lock:
+                server.errors += 1
+            raise
         finally:
             server.slots.release()
-        answered = response.headers.get(INSTANCE_HEADER)
-        self._saw_instance(server, answered)
-        if instance is not None and answered is not None and answered != instance:
-            raise ServerRestarted(
-                f"{where}: the server restarted (instance {instance} is now {answered}); "
-                "the env id is gone and the episode is lost"
-            )
-        return _reply(where, response), answered
 
     def _send(
         self,
@@ -312,9 +378,15 @@ class ServerPool:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
-        """Close every connection."""
+        """Close every connection and stop probing."""
+        self._closed.set()
         for server in self._servers.values():
             server.client.close()
+
+
+def server_name(url: str) -> str:
+    """`http://10.0.0.5:36001/` -> `10.0.0.5_36001`: a metric-name-safe replica name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", url.split("://", 1)[-1].rstrip("/"))
 
 
 def _reply(where: str, response: httpx.Response) -> Any:

@@ -107,6 +107,13 @@ class RemoteEnv:
                 ) from error
         return self._instruction
 
+    def counters(self) -> dict[str, float]:
+        """Per server of the shared pool: env ids opened, failed requests, seconds down, restarts.
+
+        Cumulative over the run; the trainer logs them as `env/server/<host_port>/...`.
+        """
+        return self.pool.counters()
+
     def task_group(self, task_id: int) -> str:
         """The server's `task_group` of the task, when it sent one; else the env kind."""
         return self._groups.get(task_id, self.config.env)
