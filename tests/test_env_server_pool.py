@@ -19,7 +19,6 @@ import yaml
 
 from agentgym_core import hookimpl
 from agentgym_core.config.load import load_config
-from agentgym_core.plugins import PluginHost
 from agentgym_core.run.eval_stage import run_eval_stage
 from agentgym_core.run.kinds import run_stage
 
@@ -44,12 +43,13 @@ def servers():
 
 class KillOne(RemoteEnv):
     """The `remote` env, except that its `kill_at`-th step (over all instances) kills `victim`
-    (SIGKILL, restarted `restart_after_s` later) and notes the pool's counters then."""
+    (SIGKILL) and notes the pool's counters then; `restart_after_s` later it starts again
+    (None: the plugin restarts it when the update ends)."""
 
     steps = 0
     kill_at = 0
     victim: EnvServer | None = None
-    restart_after_s = 1.5
+    restart_after_s: float | None = None
     at_kill: dict[str, float] = {}
 
     def step(self, action):
@@ -64,6 +64,12 @@ class KillOnePlugin:
     @hookimpl
     def agentgym_register_environments(self, register):
         register("kill-one-remote", KillOne, config=RemoteConfig)
+
+    @hookimpl
+    def agentgym_after_update(self, step, metrics):
+        victim = KillOne.victim
+        if KillOne.at_kill and victim.process.poll() is not None and victim.starts == 1:
+            victim.start()  # the update it died in is over: back, for the updates after
 
 
 def _config(tmp_path: Path, model: Path, urls: list[str]) -> Path:
@@ -98,11 +104,13 @@ def test_training_loses_a_server_mid_update_and_trains_on_no_env_error(
     a, b = servers
     host = agentgym_plugin(KillOnePlugin(), name="kill-one")
     KillOne.steps, KillOne.kill_at, KillOne.victim, KillOne.at_kill = 0, 20, a, {}
+    KillOne.restart_after_s = None
     path = _config(tmp_path, tiny_model_dir, [a.url, b.url])
-    result = run_stage(load_config(path, [], host.registry), host, show_progress=False)
+    resolved = load_config(path, ["trainer.steps=10", "trainer.checkpoint_every=10"], host.registry)
+    result = run_stage(resolved, host, show_progress=False)
     history = result.history
     assert a.starts == 2 and KillOne.at_kill, "the server was killed mid-training, then restarted"
-    assert len(history) == 4
+    assert len(history) == 10
     assert all(step["rollout/env_errors"] == 0 for step in history)  # nothing lost was kept
     assert sum(step["rollout/env_errors_replayed"] for step in history) >= 1
     name_a, name_b = server_name(a.url), server_name(b.url)
@@ -117,16 +125,21 @@ def test_training_loses_a_server_mid_update_and_trains_on_no_env_error(
 
 
 def test_an_evaluation_that_loses_a_server_is_complete(
-    tmp_path, tiny_model_dir, servers, agentgym_plugin
+    tmp_path, tiny_model_dir, servers, agentgym_plugin, capsys
 ):
     a, b = servers
     host = agentgym_plugin(KillOnePlugin(), name="kill-one")
     KillOne.steps, KillOne.kill_at, KillOne.victim, KillOne.at_kill = 0, 7, b, {}
+    KillOne.restart_after_s = 1.5
     path = _config(tmp_path, tiny_model_dir, [a.url, b.url])
     metrics, runs = run_eval_stage(load_config(path, [], host.registry), host, tiny_model_dir)
-    assert b.starts == 2 and KillOne.at_kill
+    assert KillOne.at_kill and "episodes ended in env_error" in capsys.readouterr().out
     assert metrics["partial"] == 0.0 and metrics["env_errors"] == 0
     assert metrics["episodes"] == 24 and len(runs) == 24
+    deadline = time.monotonic() + 30  # the restart (a timer) is not left running past the test
+    while b.starts < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 def test_a_down_server_gets_no_new_episodes_until_a_probe_finds_it_up():

@@ -141,6 +141,12 @@ class ServerPool:
             tied = [s for s in up if s.open_ids == fewest]
             return tied[next(self._turn) % len(tied)].url
 
+    def crowded(self, url: str) -> bool:
+        """`url` holds 2 or more open ids than the emptiest replica up: moving one evens them."""
+        with self._lock:
+            up = [s.open_ids for s in self._servers.values() if s.down_since is None]
+            return bool(up) and self._servers[url].open_ids - min(up) >= 2
+
     def id_floor(self, url: str) -> tuple[int, int]:
         """(generation, largest env id seen in it): taken before a create is sent (`opened`)."""
         with self._lock:

@@ -125,10 +125,16 @@ class RemoteEnv:
     # -- episodes ----------------------------------------------------------------------
 
     def reset(self, task_id: int) -> str:
-        """Start `task_id`, creating (or recycling) the env id first when needed."""
+        """Start `task_id`, creating (or recycling) the env id first when needed.
+
+        An id on a replica holding 2 or more ids than the emptiest one up moves
+        there (closed, created anew), so load spreads again after an outage.
+        """
         recycle = self.config.recycle_after
         if self.env_id is not None and recycle and self._episodes_on_id >= recycle:
             self._forget(close=True)
+        elif self.env_id is not None and self.pool.crowded(self.server):
+            self._forget(close=True)  # a replica back from an outage takes its share again
         self._done = True
         reply = self._call(lambda: self._reset(task_id), fresh_id=True)
         observation = self._checked(reply.observation or "")
