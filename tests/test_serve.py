@@ -360,3 +360,21 @@ def test_64_concurrent_sessions_no_errors_all_closed(babyai_server):
     after = httpx.get(f"{babyai_server.url}/info").json()
     assert after["sessions"] == 0
     assert after["created"] - before["created"] == 64 == after["closed"] - before["closed"]
+
+
+def test_step_latency_slows_every_reset_and_step_and_changes_nothing_else(host):
+    import time
+
+    app = build_app(host.registry, "babyai", BABYAI, step_latency_s=0.3)
+    local = _local(host, "babyai", BABYAI)
+    with ServerThread(app) as server:
+        remote = _remote(server.url)
+        try:
+            begin = time.perf_counter()
+            assert remote.reset(3) == local.reset(3)
+            action = local.valid_actions()[0]
+            _same(remote.step(action), local.step(action))
+            assert time.perf_counter() - begin >= 0.6
+        finally:
+            remote.close()
+            local.close()

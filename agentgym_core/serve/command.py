@@ -31,6 +31,7 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         parse_options(args.env_option),
         env_option_pairs=args.env_option,
         protocol=args.protocol,
+        step_latency_s=args.step_latency_ms / 1000,
         idle_timeout_s=args.idle_timeout,
         max_sessions=args.max_sessions,
         threads=args.threads,
@@ -70,6 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--threads", type=int, default=8, help="environment calls at once")
     serve.add_argument(
         "--env-timeout", type=float, default=300.0, help="seconds one env call may take (504)"
+    )
+    serve.add_argument(
+        "--step-latency-ms",
+        type=float,
+        default=0.0,
+        help="add this many ms to every reset and step (rehearse a slow env: pools, timeouts)",
     )
     serve.add_argument(
         "--strict",

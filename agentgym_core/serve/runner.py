@@ -20,6 +20,7 @@ def build_app(
     *,
     env_option_pairs: Any = None,
     protocol: str = "agentgym",
+    step_latency_s: float = 0.0,
     **app_options: Any,
 ) -> Any:
     """The FastAPI app of a registered environment, its options validated by the plugin's model.
@@ -27,7 +28,8 @@ def build_app(
     `protocol` is `agentgym` (AgentGym's HTTP protocol, `serve.app`) or
     `openenv` (OpenEnv's, `serve.openenv`). Bad options raise a `ConfigError`
     naming `env.<key>` (and the `--env-option` pair it came from, when
-    `env_option_pairs` are given).
+    `env_option_pairs` are given). `step_latency_s` is added to every reset and
+    step, to rehearse a slow env.
     """
     from agentgym_core.env_options import validate_env_options
     from agentgym_core.serve.app import create_app, has_render
@@ -39,7 +41,8 @@ def build_app(
     def factory() -> Any:
         from agentgym_core.rollout import contract
 
-        return contract.label(registration.factory(config), registration.name)
+        env = contract.label(registration.factory(config), registration.name)
+        return Delayed(env, step_latency_s) if step_latency_s > 0 else env
 
     if protocol == "openenv":
         from agentgym_core.serve.openenv import create_openenv_app
@@ -50,6 +53,26 @@ def build_app(
     if "can_render" not in app_options and isinstance(registration.factory, type):
         app_options["can_render"] = has_render(registration.factory)
     return create_app(factory, env_name=env_name, **app_options)
+
+
+class Delayed:
+    """An env whose reset and step each take `seconds` longer (a sleep, no CPU)."""
+
+    def __init__(self, env: Any, seconds: float) -> None:
+        self._env, self._seconds = env, seconds
+
+    def reset(self, task_id: Any) -> str:
+        """The env's reset, after the delay."""
+        time.sleep(self._seconds)
+        return self._env.reset(task_id)
+
+    def step(self, action: str) -> Any:
+        """The env's step, after the delay."""
+        time.sleep(self._seconds)
+        return self._env.step(action)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
 
 
 def bind(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
