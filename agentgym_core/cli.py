@@ -362,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agentgym_core.serve.command import add_parser as add_serve_parser
 
     add_serve_parser(sub)
+    from agentgym_core.serve.policy_command import add_parser as add_serve_policy_parser
+
+    add_serve_policy_parser(sub)
     from agentgym_core.serve.export import add_parser as add_export_parser
 
     add_export_parser(sub)

@@ -58,3 +58,27 @@ class VLLMPolicyConfig(BaseModel):
         description="Other vLLM `EngineArgs` by name (e.g. `max_num_batched_tokens`); they "
         "override the fields set from the options above.",
     )
+
+
+class VLLMServerPolicyConfig(BaseModel):
+    """Replicas of `vllm serve` (started by `agentgym serve-policy`), synced after each update."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_urls: list[str] = Field(
+        min_length=1,
+        description="Base URL of each replica (http://host:port). All turns of an episode go to "
+        "one replica; new episodes to the one with the fewest requests in flight.",
+    )
+    model: str | None = Field(
+        None,
+        description="Served model name to request; null: the one each replica lists first in "
+        "/v1/models.",
+    )
+    weights_dir: str | None = Field(
+        None,
+        min_length=1,
+        description="Folder the learner writes synced weights to; every replica must read it at "
+        "the same path (same host, or a shared file system). null: a temporary folder.",
+    )
+    timeout_s: float = Field(300.0, gt=0, description="Longest wait for one request.")

@@ -11,7 +11,9 @@ before temperature, which leaves the same support as the learner's
 mask-after-temperature, and returns log-probabilities after it
 (`logprobs_mode="processed_logprobs"`).
 
-The allowed sequences travel with each request in `SamplingParams.extra_args`.
+The allowed sequences travel with each request in `SamplingParams.extra_args`:
+lists of ints in process, strings of ids through a server's `vllm_xargs`
+(`vllm_server` policy), which accept no nested lists.
 """
 
 from __future__ import annotations
@@ -23,10 +25,7 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
 from agentgym_core.api import ActionConstraint
-
-EXTRA_ARG = "agentgym_allowed_sequences"
-"""Key of `SamplingParams.extra_args` holding the allowed token sequences (lists of ints)."""
-
+from agentgym_policy_vllm.xargs import EXTRA_ARG, decode_sequences
 
 RowProcessor = Callable[[list[int], torch.Tensor], torch.Tensor]
 """vLLM's per-request form: (output token ids so far, this request's logits row) -> logits."""
@@ -59,4 +58,4 @@ class ActionTrieProcessor(AdapterLogitsProcessor):
     def new_req_logits_processor(self, params: SamplingParams) -> RowProcessor | None:
         """The request's mask, or None when its decoding is free."""
         sequences = (params.extra_args or {}).get(EXTRA_ARG)
-        return trie_mask(sequences) if sequences else None
+        return trie_mask(decode_sequences(sequences)) if sequences else None

@@ -5,8 +5,10 @@ from agentgym_core.api import hookimpl
 
 @hookimpl
 def agentgym_register_policies(register):
-    """Register `vllm`; building it without vLLM installed says how to install it."""
-    from agentgym_policy_vllm.config import VLLMPolicyConfig
+    """Register `vllm` and `vllm_server`; building `vllm` without vLLM says how to install it."""
+    from agentgym_policy_vllm.config import VLLMPolicyConfig, VLLMServerPolicyConfig
     from agentgym_policy_vllm.policy import VLLMPolicy
+    from agentgym_policy_vllm.server import VLLMServerPolicy
 
     register("vllm", VLLMPolicy, config=VLLMPolicyConfig)
+    register("vllm_server", VLLMServerPolicy, config=VLLMServerPolicyConfig)

@@ -1,0 +1,105 @@
+"""`agentgym serve-policy MODEL --replicas N`: stock `vllm serve` processes for `vllm_server`.
+
+A thin launcher: one vLLM OpenAI-compatible server per replica on consecutive
+ports, with what the policy needs: the action-mask logits processor,
+log-probabilities after it (`processed_logprobs`), and the dev endpoints that
+reload weights in place (`VLLM_SERVER_DEV_MODE=1`). The command it runs is
+printed, so a user can start replicas by hand or on other hosts instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import httpx
+
+POLICY_FLAGS = [
+    "--logits-processors",
+    "agentgym_policy_vllm.logits:ActionTrieProcessor",
+    "--logprobs-mode",
+    "processed_logprobs",
+]
+"""What `vllm_server` relies on: the action constraint, and log-probabilities after it."""
+
+
+def replica_command(model: str, port: int, host: str, extra: Sequence[str]) -> list[str]:
+    """The `vllm serve` command line of one replica.
+
+    As `python -m`: the CPU build's `vllm` script looks for a package named `vllm` and fails.
+    """
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    return [*command, "--host", host, "--port", str(port), *POLICY_FLAGS, *extra]
+
+
+def replica_env() -> dict[str, str]:
+    """The environment of a replica: dev endpoints on; on CPU, no pinning of OpenMP threads."""
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    return env
+
+
+def start_replicas(
+    model: str,
+    replicas: int,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    extra: Sequence[str] = (),
+    timeout_s: float = 600.0,
+    log=None,
+) -> tuple[list[subprocess.Popen], list[str]]:
+    """Start the replicas and wait until each answers /health; returns processes and URLs."""
+    processes, urls = [], []
+    for index in range(replicas):
+        command = replica_command(model, port + index, host, extra)
+        processes.append(subprocess.Popen(command, env=replica_env(), stdout=log, stderr=log))
+        urls.append(f"http://{host}:{port + index}")
+    deadline = time.monotonic() + timeout_s
+    for url, process in zip(urls, processes, strict=True):
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop(processes)
+                raise RuntimeError(
+                    f"vLLM replica {url} did not start (exit {process.poll()}): "
+                    + " ".join(replica_command(model, 0, host, extra))
+                )
+            time.sleep(0.5)
+    return processes, urls
+
+
+def stop(processes: Sequence[subprocess.Popen]) -> None:
+    """Terminate every replica, then kill what is still running after 30 s."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def main(model: str, replicas: int, port: int, host: str, extra: Sequence[str]) -> int:
+    """Start, print the URLs and the config block, serve until interrupted."""
+    print("each replica runs: " + " ".join(replica_command(model, port, host, extra)), flush=True)
+    processes, urls = start_replicas(model, replicas, port, host=host, extra=extra)
+    print("policy:\n  name: vllm_server\n  base_urls: [" + ", ".join(urls) + "]", flush=True)
+    try:
+        while all(p.poll() is None for p in processes):
+            time.sleep(1)
+        print("a replica exited; stopping the others", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop(processes)

@@ -1,0 +1,294 @@
+"""The `vllm_server` policy: generation on stock `vllm serve` replicas, token in and token out.
+
+The learner's process sends each turn's prompt token ids to one replica's
+`/v1/completions` (`return_token_ids`) and gets back the sampled token ids and
+their log-probabilities, so nothing is re-tokenized. All turns of an episode
+go to the replica that served its first turn (its prefix cache holds the
+episode); a new episode goes to the replica with the fewest requests in
+flight. Constrained action decoding is the in-process policy's: the allowed
+token sequences travel in `vllm_xargs` to `ActionTrieProcessor`, loaded by
+the server (`--logits-processors`), which also reports log-probabilities after
+the mask and temperature (`--logprobs-mode processed_logprobs`), the values the
+learner recomputes. `agentgym serve-policy` starts replicas with these flags.
+
+Weights: after each update `sync_weights` writes the learner's weights to a
+new folder under `weights_dir` (LoRA merged in; a tied output layer written
+out, since vLLM's in-place reload keeps the old one otherwise) and has every
+replica reload them in place: `/pause` (which also drops the prefix cache),
+`/collective_rpc reload_weights {weights_path}` (the server needs
+`VLLM_SERVER_DEV_MODE=1`), `/resume`. This is the path vLLM's CPU build
+supports; on GPUs, NCCL weight transfer is the faster one (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym_core.api import (
+    ActionConstraint,
+    ChatFormat,
+    ConfigError,
+    Generation,
+    Problem,
+    SamplingParams,
+    full_weights,
+)
+from agentgym_policy_vllm.config import VLLMServerPolicyConfig
+from agentgym_policy_vllm.xargs import EXTRA_ARG, encode_sequences
+
+PROBE_TOLERANCE = 0.1
+"""Mean absolute log-probability gap over a probe above which a server serves another model."""
+
+
+class ServerPolicyError(RuntimeError):
+    """A replica answered wrongly or not at all; the message names it."""
+
+
+class VLLMServerPolicy:
+    """Token-in-token-out generation on `vllm serve` replicas, synced after each update."""
+
+    def __init__(self, config: VLLMServerPolicyConfig, *, model: Any, tokenizer: Any) -> None:
+        import httpx
+
+        self.config = config
+        self.urls = [url.rstrip("/") for url in config.base_urls]
+        self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
+        self.http = httpx.Client(timeout=config.timeout_s)
+        self.served = {url: self._served_model(url) for url in self.urls}
+        self._lock = threading.Lock()
+        self._sessions: dict[Hashable, str] = {}
+        self._in_flight: collections.Counter[str] = collections.Counter()
+        self._action_cache: dict[str, tuple[int, ...]] = {}
+        self._tmp = None if config.weights_dir else tempfile.mkdtemp(prefix="agentgym-weights-")
+        self.weights_dir = Path(config.weights_dir or self._tmp)
+        self._version = 0
+        self.sync_seconds: list[float] = []
+        """Wall time of every weight sync (all replicas)."""
+        self._check_same_model(model, tokenizer)
+
+    # -- generation --------------------------------------------------------------------
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        allowed_actions: Sequence[str] | None = None,
+        *,
+        session: Hashable | None = None,
+    ) -> Generation:
+        """Sample one turn on the episode's replica."""
+        constraint = None
+        if allowed_actions is not None:
+            actions = list(dict.fromkeys(allowed_actions))
+            constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
+        url = self._replica(session)
+        body = self._request(list(prompt_ids), params, constraint, url)
+        with self._lock:
+            self._in_flight[url] += 1
+        try:
+            reply = await asyncio.to_thread(self._post, url, "/v1/completions", body)
+        finally:
+            with self._lock:
+                self._in_flight[url] -= 1
+        return self._generation(url, reply["choices"][0], constraint)
+
+    def _replica(self, session: Hashable | None) -> str:
+        with self._lock:
+            if session is not None and session in self._sessions:
+                return self._sessions[session]
+            url = min(self.urls, key=lambda u: (self._in_flight[u], self._held(u)))
+            if session is not None:
+                self._sessions[session] = url
+            return url
+
+    def _held(self, url: str) -> int:
+        return sum(1 for held in self._sessions.values() if held == url)
+
+    def _request(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        constraint: ActionConstraint | None,
+        url: str,
+    ) -> dict[str, Any]:
+        max_tokens = params.max_new_tokens
+        body: dict[str, Any] = {
+            "model": self.served[url],
+            "prompt": prompt_ids,
+            "temperature": 0.0 if params.greedy else params.temperature,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "stop_token_ids": list(self.chat.stop_ids),
+            "skip_special_tokens": False,
+        }
+        if not params.greedy and params.seed is not None:
+            body["seed"] = params.seed
+        if constraint is not None:
+            max_tokens = max(max_tokens, *(len(s) for s in constraint.sequences))
+            body["vllm_xargs"] = {EXTRA_ARG: encode_sequences(constraint.sequences)}
+        body["max_tokens"] = max_tokens
+        return body
+
+    def _generation(
+        self, url: str, choice: dict[str, Any], constraint: ActionConstraint | None
+    ) -> Generation:
+        tokens = [int(t) for t in choice["token_ids"]]
+        logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+        allowed: list[tuple[int, ...] | None] = [None] * len(tokens)
+        text = None
+        if constraint is not None:
+            for index, token in enumerate(tokens):  # the mask the server's processor applied
+                allowed[index] = constraint.allowed()
+                if token not in allowed[index]:
+                    raise ServerPolicyError(
+                        f"{url} sampled token {token} outside the allowed actions: start it with "
+                        "--logits-processors agentgym_policy_vllm.logits:ActionTrieProcessor "
+                        "(agentgym serve-policy does)"
+                    )
+                constraint.advance(token)
+            if constraint.complete:
+                text = constraint.matched_action()
+        return Generation(
+            token_ids=tokens,
+            logprobs=logprobs,
+            text=text if text is not None else self.chat.decode_action(tokens),
+            allowed=allowed,
+            finished=choice.get("finish_reason") == "stop",
+        )
+
+    def _action_tokens(self, action: str) -> tuple[int, ...]:
+        if action not in self._action_cache:
+            self._action_cache[action] = tuple(self.chat.action_ids(action))
+        return self._action_cache[action]
+
+    # -- weights -----------------------------------------------------------------------
+
+    def sync_weights(self, model: Any) -> None:
+        """Write the learner's weights to a new folder; every replica reloads them in place."""
+        start = time.perf_counter()
+        self._version += 1
+        folder = self.weights_dir / f"v{self._version:06d}"
+        save_weights(model, folder)
+        for url in self.urls:
+            self._post(url, "/pause?mode=wait", None)
+            try:
+                self._post(
+                    url,
+                    "/collective_rpc",
+                    {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}},
+                )
+                self._post(url, "/reset_prefix_cache", None)
+            finally:
+                self._post(url, "/resume", None)
+        for old in self.weights_dir.glob("v*"):
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
+        self.sync_seconds.append(time.perf_counter() - start)
+
+    def release(self, session: Hashable) -> None:
+        """The episode is over: its next turns will not come, forget its replica."""
+        with self._lock:
+            self._sessions.pop(session, None)
+
+    def close(self) -> None:
+        """Close the connections; delete the temporary weights folder, if any."""
+        self.http.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    # -- checks ------------------------------------------------------------------------
+
+    def _post(self, url: str, path: str, body: dict[str, Any] | None) -> Any:
+        import httpx
+
+        try:
+            response = self.http.post(f"{url}{path}", json=body)
+        except httpx.HTTPError as error:
+            raise ServerPolicyError(f"POST {url}{path}: {type(error).__name__}: {error}") from None
+        if response.status_code >= 400:
+            raise ServerPolicyError(
+                f"POST {url}{path}: HTTP {response.status_code}: {response.text[:500]}"
+            )
+        return response.json() if response.content else None
+
+    def _served_model(self, url: str) -> str:
+        """The model name `url` serves (`/v1/models`); a configured name must be among them."""
+        import httpx
+
+        try:
+            listed = self.http.get(f"{url}/v1/models").raise_for_status().json()["data"]
+        except (httpx.HTTPError, KeyError, ValueError) as error:
+            raise ConfigError(
+                [Problem("policy.base_urls", f"{url} does not answer /v1/models: {error}")]
+            ) from None
+        names = [entry["id"] for entry in listed]
+        if self.config.model is None:
+            return names[0]
+        if self.config.model not in names:
+            raise ConfigError(
+                [Problem("policy.model", f"{url} serves {names}, not {self.config.model!r}")]
+            )
+        return self.config.model
+
+    def _check_same_model(self, model: Any, tokenizer: Any) -> None:
+        """Refuse a replica whose log-probabilities of a probe are not the learner's."""
+        import torch
+
+        probe = self.chat.prompt_ids("Say what you see.", "A probe of the served weights.")[:24]
+        with torch.no_grad():
+            device = next(model.parameters()).device
+            logits = model(torch.tensor([probe], device=device)).logits[0, :-1].float()
+        ours = logits.log_softmax(-1).gather(1, torch.tensor(probe[1:], device=device)[:, None])
+        ours = ours[:, 0].cpu().tolist()
+        learner = getattr(model, "name_or_path", "") or type(model).__name__
+        for url in self.urls:
+            body = {"model": self.served[url], "prompt": probe, "max_tokens": 1}
+            body |= {"prompt_logprobs": 0, "temperature": 0.0}
+            reply = self._post(url, "/v1/completions", body)
+            rows = reply["choices"][0]["prompt_logprobs"][1:]
+            theirs = [
+                float(row[str(token)]["logprob"])
+                for row, token in zip(rows, probe[1:], strict=True)
+            ]
+            gap = sum(abs(a - b) for a, b in zip(ours, theirs, strict=True)) / len(ours)
+            if gap > PROBE_TOLERANCE:
+                raise ConfigError(
+                    [
+                        Problem(
+                            "policy.base_urls",
+                            f"{url} serves {self.served[url]!r}, which is not the learner's model "
+                            f"{learner!r}: their log-probabilities of a probe differ by {gap:.3f} "
+                            f"on average (at most {PROBE_TOLERANCE} allowed). Start the server "
+                            "with the model.path of this run.",
+                        )
+                    ]
+                )
+
+
+def save_weights(model: Any, folder: Path) -> None:
+    """The learner's full weights (LoRA merged) and config in `folder`, written atomically.
+
+    vLLM's in-place reload keeps a tied output layer that the file lacks, so
+    `lm_head.weight` is written out as a copy of the embeddings.
+    """
+    from safetensors.torch import save_file
+
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    weights = {name: tensor.detach().cpu().clone() for name, tensor in full_weights(model)}
+    if "lm_head.weight" not in weights and "model.embed_tokens.weight" in weights:
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
+    save_file(weights, str(tmp / "model.safetensors"))
+    config = getattr(model, "get_base_model", lambda: model)().config
+    config.save_pretrained(tmp)
+    tmp.rename(folder)

