@@ -82,3 +82,9 @@ class VLLMServerPolicyConfig(BaseModel):
         "the same path (same host, or a shared file system). null: a temporary folder.",
     )
     timeout_s: float = Field(300.0, gt=0, description="Longest wait for one request.")
+    outage_s: float = Field(
+        300.0,
+        gt=0,
+        description="With every replica down, how long a turn waits for one to answer (with "
+        "backoff) before the run stops; no checkpoint is written for that update.",
+    )

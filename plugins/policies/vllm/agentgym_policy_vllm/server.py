@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import shutil
 import tempfile
 import threading
@@ -44,12 +45,18 @@ from agentgym_core.api import (
 from agentgym_policy_vllm.config import VLLMServerPolicyConfig
 from agentgym_policy_vllm.xargs import EXTRA_ARG, encode_sequences
 
+log = logging.getLogger(__name__)
+
 PROBE_TOLERANCE = 0.1
 """Mean absolute log-probability gap over a probe above which a server serves another model."""
 
 
 class ServerPolicyError(RuntimeError):
     """A replica answered wrongly or not at all; the message names it."""
+
+
+class ReplicaDown(ServerPolicyError):
+    """A replica could not be reached (refused, reset, timed out)."""
 
 
 class VLLMServerPolicy:
@@ -66,10 +73,16 @@ class VLLMServerPolicy:
         self._lock = threading.Lock()
         self._sessions: dict[Hashable, str] = {}
         self._in_flight: collections.Counter[str] = collections.Counter()
+        self._down: dict[str, float] = {}
+        """Replica -> when it was found unreachable (until a health check answers)."""
+        self.failovers = 0
+        """Turns sent again to another replica because theirs stopped answering."""
         self._action_cache: dict[str, tuple[int, ...]] = {}
         self._tmp = None if config.weights_dir else tempfile.mkdtemp(prefix="agentgym-weights-")
         self.weights_dir = Path(config.weights_dir or self._tmp)
         self._version = 0
+        self._folder: Path | None = None
+        """The newest synced weights (None: the servers' own, as started)."""
         self.sync_seconds: list[float] = []
         """Wall time of every weight sync (all replicas)."""
         self._check_same_model(model, tokenizer)
@@ -89,18 +102,50 @@ class VLLMServerPolicy:
         if allowed_actions is not None:
             actions = list(dict.fromkeys(allowed_actions))
             constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
-        url = self._replica(session)
-        body = self._request(list(prompt_ids), params, constraint, url)
-        with self._lock:
-            self._in_flight[url] += 1
-        try:
-            reply = await asyncio.to_thread(self._post, url, "/v1/completions", body)
-        finally:
+        deadline = time.monotonic() + self.config.outage_s
+        while True:
+            url = await self._replica_up(session, deadline)
+            body = self._request(list(prompt_ids), params, constraint, url)
             with self._lock:
-                self._in_flight[url] -= 1
-        return self._generation(url, reply["choices"][0], constraint)
+                self._in_flight[url] += 1
+            try:
+                reply = await asyncio.to_thread(self._post, url, "/v1/completions", body)
+                return self._generation(url, reply["choices"][0], constraint)
+            except ReplicaDown as error:
+                # the request carries the whole episode: any replica can take the turn
+                self._mark_down(url, error)
+            finally:
+                with self._lock:
+                    self._in_flight[url] -= 1
+
+    async def _replica_up(self, session: Hashable | None, deadline: float) -> str:
+        """The session's replica, or the least busy one up; waits out an outage of all."""
+        wait = 0.5
+        while True:
+            if self._down:
+                await asyncio.to_thread(self._recheck_down)
+            with self._lock:
+                up = [u for u in self.urls if u not in self._down]
+                held = self._sessions.get(session) if session is not None else None
+                if held in up:
+                    return held
+                if up:
+                    url = min(up, key=lambda u: (self._in_flight[u], self._held(u)))
+                    if session is not None:
+                        if held is not None:
+                            self.failovers += 1
+                        self._sessions[session] = url
+                    return url
+            if time.monotonic() >= deadline:
+                raise ServerPolicyError(
+                    f"no vLLM replica answered for policy.outage_s={self.config.outage_s:g} s "
+                    f"({', '.join(self.urls)}); the update was not trained on"
+                )
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 5.0)
 
     def _replica(self, session: Hashable | None) -> str:
+        """The replica a session's next turn goes to (all replicas taken as up)."""
         with self._lock:
             if session is not None and session in self._sessions:
                 return self._sessions[session]
@@ -108,6 +153,35 @@ class VLLMServerPolicy:
             if session is not None:
                 self._sessions[session] = url
             return url
+
+    def _mark_down(self, url: str, error: Exception) -> None:
+        with self._lock:
+            if url not in self._down:
+                self._down[url] = time.monotonic()
+                log.warning("vLLM replica %s is down (%s); its turns go elsewhere", url, error)
+
+    def _recheck_down(self) -> None:
+        """A down replica that answers /health (checked at most once a second) is up again."""
+        import httpx
+
+        now = time.monotonic()
+        with self._lock:  # claim the due ones: other turns skip them for a second
+            due = [url for url, since in self._down.items() if now - since >= 1.0]
+            self._down.update(dict.fromkeys(due, now))
+        for url in due:
+            try:
+                healthy = self.http.get(f"{url}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                healthy = False
+            if healthy and self._folder is not None:
+                try:  # back, perhaps restarted from the first weights: give it the current ones
+                    self._reload(url, self._folder)
+                except ServerPolicyError:
+                    healthy = False
+            if healthy:
+                with self._lock:
+                    self._down.pop(url, None)
+                log.warning("vLLM replica %s answers again", url)
 
     def _held(self, url: str) -> int:
         return sum(1 for held in self._sessions.values() if held == url)
@@ -178,20 +252,27 @@ class VLLMServerPolicy:
         folder = self.weights_dir / f"v{self._version:06d}"
         save_weights(model, folder)
         for url in self.urls:
-            self._post(url, "/pause?mode=wait", None)
+            if url in self._down:
+                continue  # it gets these weights when it answers again
             try:
-                self._post(
-                    url,
-                    "/collective_rpc",
-                    {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}},
-                )
-                self._post(url, "/reset_prefix_cache", None)
-            finally:
-                self._post(url, "/resume", None)
+                self._reload(url, folder)
+            except ReplicaDown as error:
+                self._mark_down(url, error)
+        self._folder = folder
         for old in self.weights_dir.glob("v*"):
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
         self.sync_seconds.append(time.perf_counter() - start)
+
+    def _reload(self, url: str, folder: Path) -> None:
+        """`url` reloads the weights in `folder` in place; its prefix cache is dropped."""
+        self._post(url, "/pause?mode=wait", None)
+        try:
+            body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
+            self._post(url, "/collective_rpc", body)
+            self._post(url, "/reset_prefix_cache", None)
+        finally:
+            self._post(url, "/resume", None)
 
     def release(self, session: Hashable) -> None:
         """The episode is over: its next turns will not come, forget its replica."""
@@ -212,8 +293,8 @@ class VLLMServerPolicy:
 
         try:
             response = self.http.post(f"{url}{path}", json=body)
-        except httpx.HTTPError as error:
-            raise ServerPolicyError(f"POST {url}{path}: {type(error).__name__}: {error}") from None
+        except httpx.TransportError as error:
+            raise ReplicaDown(f"POST {url}{path}: {type(error).__name__}: {error}") from None
         if response.status_code >= 400:
             raise ServerPolicyError(
                 f"POST {url}{path}: HTTP {response.status_code}: {response.text[:500]}"

@@ -26,6 +26,7 @@ from agentgym_policy_vllm.config import VLLMServerPolicyConfig  # noqa: E402
 from agentgym_policy_vllm.launch import start_replicas, stop  # noqa: E402
 from agentgym_policy_vllm.server import VLLMServerPolicy  # noqa: E402
 
+from agentgym_core import hookimpl  # noqa: E402
 from agentgym_core.config.errors import ConfigError  # noqa: E402
 from agentgym_core.learner.learner import Learner  # noqa: E402
 from agentgym_core.learner.settings import LearnerSettings  # noqa: E402
@@ -200,3 +201,47 @@ def served_logprobs(policy, url, ids) -> list[float]:
     reply = policy._post(url, "/v1/completions", body)
     rows = reply["choices"][0]["prompt_logprobs"][1:]
     return [float(row[str(t)]["logprob"]) for row, t in zip(rows, ids[1:], strict=True)]
+
+
+class KillAfterUpdate:
+    """Kills a replica (SIGKILL) once update `after` (0-based) is done."""
+
+    def __init__(self, process, after: int) -> None:
+        self.process, self.after = process, after
+
+    @hookimpl
+    def agentgym_after_update(self, step, metrics):
+        if step == self.after:
+            self.process.kill()
+
+
+def test_a_replica_killed_mid_run_costs_no_episode(
+    vllm_model_dir, agentgym_train, tmp_path, caplog
+):
+    """Each turn carries its whole episode, so a dead replica's turns go to the other one."""
+    log = (tmp_path / "replicas.log").open("w")
+    processes, urls = start_replicas(
+        str(vllm_model_dir), 2, free_port_pair(), extra=CPU_FLAGS, log=log
+    )
+    try:
+        run = agentgym_train(
+            {
+                "run": {"name": "failover", "seed": 0},
+                "model": {"path": str(vllm_model_dir)},
+                "env": {"name": "babyai", "levels": LEVELS},
+                "policy": {"name": "vllm_server", "base_urls": urls},
+                "algorithm": {"name": "grpo"},
+                "scheduler": {"name": "fixed", "max_turns": 2},
+                "rollout": {"max_context_tokens": 1024},
+                "trainer": {"steps": 3, "tasks_per_step": 2, "group_size": 4},
+            },
+            plugins={"kill-replica": KillAfterUpdate(processes[1], after=0)},
+        )
+    finally:
+        stop(processes)
+        log.close()
+    assert processes[1].returncode == -9  # killed, not stopped at the end
+    assert len(run.history) == 3
+    for update in run.history:
+        assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
+    assert f"vLLM replica {urls[1]} is down" in caplog.text
