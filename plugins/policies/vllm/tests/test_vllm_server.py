@@ -245,3 +245,35 @@ def test_a_replica_killed_mid_run_costs_no_episode(
     for update in run.history:
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
     assert f"vLLM replica {urls[1]} is down" in caplog.text
+
+
+def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_model_dir):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    port = free_port_pair()
+    command = [sys.executable, "-m", "agentgym_core.cli", "serve-policy", str(vllm_model_dir)]
+    command += ["--replicas", "2", "--port", str(port), "--vllm-args", " ".join(CPU_FLAGS)]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 300
+        while not any("base_urls" in line for line in lines):
+            assert time.monotonic() < deadline and launcher.poll() is None, lines
+            lines.append(launcher.stdout.readline())
+        urls = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
+        assert f"base_urls: [{urls[0]}, {urls[1]}]" in lines[-1]
+        assert "--logits-processors" in lines[0] and "processed_logprobs" in lines[0]
+        for url in urls:
+            assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+    finally:
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(60)
+    assert launcher.returncode == 0
+    for url in urls:
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/health", timeout=2)
