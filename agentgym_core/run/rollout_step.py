@@ -146,8 +146,20 @@ class RolloutStep:
         metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)
         metrics["rollout/env_errors_replayed"] = float(sum(distributed.gather([replayed])))
         metrics.update(self.engine.pool.counters())
+        metrics.update(policy_counters(self.engine.policy))
         metrics["step_seconds"] = time.perf_counter() - start
         return metrics, batch
+
+
+def policy_counters(policy: Any) -> dict[str, float]:
+    """A policy's optional `counters()` as `policy/<name>`; empty for policies without one.
+
+    Cumulative numbers, such as a server policy's turns moved off a dead replica.
+    """
+    counters = getattr(policy, "counters", None)
+    if not callable(counters):
+        return {}
+    return {f"policy/{key}": float(value) for key, value in counters().items()}
 
 
 def replay_env_errors(

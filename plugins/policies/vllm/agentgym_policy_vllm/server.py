@@ -277,6 +277,11 @@ class VLLMServerPolicy:
         finally:
             self._post(url, "/resume", None)
 
+    def counters(self) -> dict[str, float]:
+        """For the run's metrics (`policy/...`): turns moved off a dead replica, replicas down."""
+        with self._lock:
+            return {"failovers": float(self.failovers), "replicas_down": float(len(self._down))}
+
     def release(self, session: Hashable) -> None:
         """The episode is over: its next turns will not come, forget its replica."""
         with self._lock:

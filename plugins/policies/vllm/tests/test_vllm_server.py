@@ -245,6 +245,7 @@ def test_a_replica_killed_mid_run_costs_no_episode(
     for update in run.history:
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
     assert f"vLLM replica {urls[1]} is down" in caplog.text
+    assert run.history[0]["policy/failovers"] == 0 and run.history[-1]["policy/failovers"] >= 1
 
 
 def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_model_dir):
