@@ -76,14 +76,15 @@ def start_replicas(
     return processes, urls
 
 
-def stop(processes: Sequence[subprocess.Popen]) -> None:
-    """Terminate every replica, then kill what is still running after 30 s."""
+def stop(processes: Sequence[subprocess.Popen], grace_s: float = 30.0) -> None:
+    """Terminate every replica; kill what is still running `grace_s` later (all together)."""
     for process in processes:
         if process.poll() is None:
             process.terminate()
+    deadline = time.monotonic() + grace_s
     for process in processes:
         try:
-            process.wait(30)
+            process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
@@ -93,8 +94,8 @@ def main(model: str, replicas: int, port: int, host: str, extra: Sequence[str]) 
     """Start, print the URLs and the config block, serve until interrupted."""
     print("each replica runs: " + " ".join(replica_command(model, port, host, extra)), flush=True)
     processes, urls = start_replicas(model, replicas, port, host=host, extra=extra)
-    print("policy:\n  name: vllm_server\n  base_urls: [" + ", ".join(urls) + "]", flush=True)
     try:
+        print("policy:\n  name: vllm_server\n  base_urls: [" + ", ".join(urls) + "]", flush=True)
         while all(p.poll() is None for p in processes):
             time.sleep(1)
         print("a replica exited; stopping the others", file=sys.stderr)

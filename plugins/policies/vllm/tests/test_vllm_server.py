@@ -248,7 +248,7 @@ def test_a_replica_killed_mid_run_costs_no_episode(
     assert run.history[0]["policy/failovers"] == 0 and run.history[-1]["policy/failovers"] >= 1
 
 
-def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_model_dir):
+def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_model_dir, tmp_path):
     import signal
     import subprocess
     import sys
@@ -259,21 +259,25 @@ def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_mode
     port = free_port_pair()
     command = [sys.executable, "-m", "agentgym_core.cli", "serve-policy", str(vllm_model_dir)]
     command += ["--replicas", "2", "--port", str(port), "--vllm-args", " ".join(CPU_FLAGS)]
-    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    # to a file, as a terminal would take it: the replicas write there too, and a pipe that
+    # nobody reads would fill and block them
+    out = (tmp_path / "launcher.log").open("w")
+    launcher = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
-        lines = []
         deadline = time.monotonic() + 300
-        while not any("base_urls" in line for line in lines):
-            assert time.monotonic() < deadline and launcher.poll() is None, lines
-            lines.append(launcher.stdout.readline())
+        while "base_urls" not in (text := (tmp_path / "launcher.log").read_text()):
+            assert time.monotonic() < deadline and launcher.poll() is None, text[-3000:]
+            time.sleep(0.5)
+        lines = text.splitlines()
         urls = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
-        assert f"base_urls: [{urls[0]}, {urls[1]}]" in lines[-1]
-        assert "--logits-processors" in lines[0] and "processed_logprobs" in lines[0]
+        assert f"  base_urls: [{urls[0]}, {urls[1]}]" in lines
+        assert any("--logits-processors" in x and "processed_logprobs" in x for x in lines)
         for url in urls:
             assert httpx.get(f"{url}/health", timeout=5).status_code == 200
     finally:
         launcher.send_signal(signal.SIGINT)
-        launcher.wait(60)
+        launcher.wait(90)
+        out.close()
     assert launcher.returncode == 0
     for url in urls:
         with pytest.raises(httpx.TransportError):
