@@ -9,7 +9,9 @@ printed, so a user can start replicas by hand or on other hosts instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -56,7 +58,12 @@ def start_replicas(
     processes, urls = [], []
     for index in range(replicas):
         command = replica_command(model, port + index, host, extra)
-        processes.append(subprocess.Popen(command, env=replica_env(), stdout=log, stderr=log))
+        # its own process group: stopping it reaches vLLM's engine-core child too
+        processes.append(
+            subprocess.Popen(
+                command, env=replica_env(), stdout=log, stderr=log, start_new_session=True
+            )
+        )
         urls.append(f"http://{host}:{port + index}")
     deadline = time.monotonic() + timeout_s
     for url, process in zip(urls, processes, strict=True):
@@ -76,11 +83,16 @@ def start_replicas(
     return processes, urls
 
 
+def signal_replica(process: subprocess.Popen, sig: int) -> None:
+    """Send `sig` to a replica's process group (the server and its engine core)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
+
+
 def stop(processes: Sequence[subprocess.Popen], grace_s: float = 30.0) -> None:
     """Terminate every replica; kill what is still running `grace_s` later (all together)."""
     for process in processes:
-        if process.poll() is None:
-            process.terminate()
+        signal_replica(process, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for process in processes:
         try:
@@ -88,6 +100,7 @@ def stop(processes: Sequence[subprocess.Popen], grace_s: float = 30.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+        signal_replica(process, signal.SIGKILL)  # an engine core left behind, if any
 
 
 def main(model: str, replicas: int, port: int, host: str, extra: Sequence[str]) -> int:

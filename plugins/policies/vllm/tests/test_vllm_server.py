@@ -11,6 +11,7 @@ model is refused with both named; a short training run completes. Run by
 from __future__ import annotations
 
 import importlib.util
+import signal
 import socket
 from pathlib import Path
 
@@ -23,7 +24,7 @@ pytest.importorskip(
 import torch  # noqa: E402
 from agentgym_algo_grpo import GRPO, GRPOConfig  # noqa: E402
 from agentgym_policy_vllm.config import VLLMServerPolicyConfig  # noqa: E402
-from agentgym_policy_vllm.launch import start_replicas, stop  # noqa: E402
+from agentgym_policy_vllm.launch import signal_replica, start_replicas, stop  # noqa: E402
 from agentgym_policy_vllm.server import VLLMServerPolicy  # noqa: E402
 
 from agentgym_core import hookimpl  # noqa: E402
@@ -212,7 +213,7 @@ class KillAfterUpdate:
     @hookimpl
     def agentgym_after_update(self, step, metrics):
         if step == self.after:
-            self.process.kill()
+            signal_replica(self.process, signal.SIGKILL)  # the server and its engine core
 
 
 def test_a_replica_killed_mid_run_costs_no_episode(
