@@ -103,8 +103,18 @@ def stop(processes: Sequence[subprocess.Popen], grace_s: float = 30.0) -> None:
         signal_replica(process, signal.SIGKILL)  # an engine core left behind, if any
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(model: str, replicas: int, port: int, host: str, extra: Sequence[str]) -> int:
-    """Start, print the URLs and the config block, serve until interrupted."""
+    """Start, print the URLs and the config block, serve until interrupted.
+
+    SIGINT and SIGTERM both stop the replicas first (a shell's background job
+    starts with SIGINT ignored, so only SIGTERM would reach it otherwise).
+    """
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     print("each replica runs: " + " ".join(replica_command(model, port, host, extra)), flush=True)
     processes, urls = start_replicas(model, replicas, port, host=host, extra=extra)
     try:

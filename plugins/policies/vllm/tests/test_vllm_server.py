@@ -276,7 +276,7 @@ def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_mode
         for url in urls:
             assert httpx.get(f"{url}/health", timeout=5).status_code == 200
     finally:
-        launcher.send_signal(signal.SIGINT)
+        launcher.send_signal(signal.SIGTERM)  # what a process manager sends
         launcher.wait(90)
         out.close()
     assert launcher.returncode == 0
