@@ -33,6 +33,7 @@ from agentgym_core.api import (
     SamplingParams,
     full_weights,
 )
+from agentgym_policy_vllm.actions import ActionTurns
 from agentgym_policy_vllm.config import VLLMPolicyConfig
 from agentgym_policy_vllm.engine import EngineThread
 
@@ -130,7 +131,7 @@ class VLLMPolicy:
         folder, self._tmp = weights_folder(model)
         self.engine = build_engine(config, folder, engine_dtype(config, model))
         self.worker = EngineThread(self.engine, TokensPrompt)
-        self._action_cache: dict[str, tuple[int, ...]] = {}
+        self.turns = ActionTurns(self.chat)
         self.sync_seconds: list[float] = []
         """Wall time of every weight sync."""
 
@@ -143,10 +144,7 @@ class VLLMPolicy:
         session: Hashable | None = None,
     ) -> Generation:
         """Sample one turn; the request joins the engine's running batch."""
-        constraint = None
-        if allowed_actions is not None:
-            actions = list(dict.fromkeys(allowed_actions))
-            constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
+        constraint = self.turns.constraint(allowed_actions)
         output = await self.worker.submit(list(prompt_ids), self.sampling(params, constraint))
         return self._generation(output.outputs[0], constraint)
 
@@ -198,27 +196,9 @@ class VLLMPolicy:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
-    def _action_tokens(self, action: str) -> tuple[int, ...]:
-        if action not in self._action_cache:
-            self._action_cache[action] = tuple(self.chat.action_ids(action))
-        return self._action_cache[action]
-
     def _generation(self, completion: Any, constraint: ActionConstraint | None) -> Generation:
         tokens = [int(t) for t in completion.token_ids]
         pairs = zip(tokens, completion.logprobs, strict=True)
         logprobs = [float(entry[token].logprob) for token, entry in pairs]
-        allowed: list[tuple[int, ...] | None] = [None] * len(tokens)
-        text = None
-        if constraint is not None:
-            for index, token in enumerate(tokens):  # replay the mask the processor applied
-                allowed[index] = constraint.allowed()
-                constraint.advance(token)
-            if constraint.complete:
-                text = constraint.matched_action()
-        return Generation(
-            token_ids=tokens,
-            logprobs=logprobs,
-            text=text if text is not None else self.chat.decode_action(tokens),
-            allowed=allowed,
-            finished=completion.finish_reason == "stop",
-        )
+        finished = completion.finish_reason == "stop"
+        return self.turns.generation(tokens, logprobs, constraint, finished=finished)

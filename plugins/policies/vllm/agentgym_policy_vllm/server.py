@@ -43,6 +43,7 @@ from agentgym_core.api import (
     SamplingParams,
     full_weights,
 )
+from agentgym_policy_vllm.actions import ActionTurns
 from agentgym_policy_vllm.config import VLLMServerPolicyConfig
 from agentgym_policy_vllm.xargs import EXTRA_ARG, encode_sequences
 
@@ -78,7 +79,7 @@ class VLLMServerPolicy:
         """Replica -> when it was found unreachable (until a health check answers)."""
         self.failovers = 0
         """Turns sent again to another replica because theirs stopped answering."""
-        self._action_cache: dict[str, tuple[int, ...]] = {}
+        self.turns = ActionTurns(self.chat)
         self._tmp = None if config.weights_dir else tempfile.mkdtemp(prefix="agentgym-weights-")
         self.weights_dir = Path(config.weights_dir or self._tmp)
         self._version = 0
@@ -99,10 +100,7 @@ class VLLMServerPolicy:
         session: Hashable | None = None,
     ) -> Generation:
         """Sample one turn on the episode's replica."""
-        constraint = None
-        if allowed_actions is not None:
-            actions = list(dict.fromkeys(allowed_actions))
-            constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
+        constraint = self.turns.constraint(allowed_actions)
         deadline = time.monotonic() + self.config.outage_s
         while True:
             url = await self._replica_up(session, deadline)
@@ -215,34 +213,14 @@ class VLLMServerPolicy:
     def _generation(
         self, url: str, choice: dict[str, Any], constraint: ActionConstraint | None
     ) -> Generation:
-        tokens = [int(t) for t in choice["token_ids"]]
-        logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-        allowed: list[tuple[int, ...] | None] = [None] * len(tokens)
-        text = None
-        if constraint is not None:
-            for index, token in enumerate(tokens):  # the mask the server's processor applied
-                allowed[index] = constraint.allowed()
-                if token not in allowed[index]:
-                    raise ServerPolicyError(
-                        f"{url} sampled token {token} outside the allowed actions: start it with "
-                        "--logits-processors agentgym_policy_vllm.logits:ActionTrieProcessor "
-                        "(agentgym serve-policy does)"
-                    )
-                constraint.advance(token)
-            if constraint.complete:
-                text = constraint.matched_action()
-        return Generation(
-            token_ids=tokens,
-            logprobs=logprobs,
-            text=text if text is not None else self.chat.decode_action(tokens),
-            allowed=allowed,
-            finished=choice.get("finish_reason") == "stop",
-        )
-
-    def _action_tokens(self, action: str) -> tuple[int, ...]:
-        if action not in self._action_cache:
-            self._action_cache[action] = tuple(self.chat.action_ids(action))
-        return self._action_cache[action]
+        finished = choice.get("finish_reason") == "stop"
+        logprobs = choice["logprobs"]["token_logprobs"]
+        try:
+            return self.turns.generation(
+                choice["token_ids"], logprobs, constraint, finished=finished, sampler=url
+            )
+        except ValueError as error:  # the server applied no action mask
+            raise ServerPolicyError(str(error)) from None
 
     # -- weights -----------------------------------------------------------------------
 
