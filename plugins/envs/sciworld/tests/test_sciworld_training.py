@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 
-import psutil
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -23,11 +22,7 @@ TINY_MODEL = {
 }
 
 
-def java_descendants() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if "java" in p.name()]
-
-
-def test_two_grpo_updates_on_the_real_simulator(agentgym_train, java):
+def test_two_grpo_updates_on_the_real_simulator(agentgym_train, java, java_descendants):
     raw = {
         "run": {"name": "sciworld-smoke", "seed": 0},
         "env": {"name": "sciworld", **ENV, "instruction": INSTRUCTION},

@@ -36,11 +36,6 @@ def gone(pid: int, timeout: float = 20.0) -> bool:
     return False
 
 
-def java_descendants() -> list[psutil.Process]:
-    """JVMs started (through workers) by this test process."""
-    return [p for p in psutil.Process().children(recursive=True) if "java" in p.name()]
-
-
 @pytest.fixture(scope="module")
 def env(java):
     """One env for the module, its worker killed and replaced by the tests in turn."""
@@ -136,7 +131,7 @@ def test_a_hung_worker_is_killed_after_the_call_timeout(env):
     assert worker.closed and gone(worker.pid) and gone(worker.jvm_pid)
 
 
-def test_close_leaves_no_worker_or_java_process(env):
+def test_close_leaves_no_worker_or_java_process(env, java_descendants):
     env.reset(FIND_ANIMAL_TEST)
     pids = env.worker.pid, env.worker.jvm_pid
     assert psutil.Process(pids[1]).name() == "java"

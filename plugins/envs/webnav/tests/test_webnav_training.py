@@ -108,8 +108,22 @@ def test_a_terminated_run_leaves_no_browser_behind(tmp_path, agentgym_tiny_model
     while len(browsers) < 4:  # wait until the rollout has its browsers open
         assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
         time.sleep(0.5)
-        browsers = [p for p in parent.children(recursive=True) if "chrom" in p.name()]
+        browsers = _named_descendants(parent, "chrom")
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 143
     gone, alive = psutil.wait_procs(browsers, timeout=10)
     assert not alive, [(p.pid, p.name()) for p in alive]
+
+
+def _named_descendants(parent, fragment: str) -> list:
+    """Descendants whose name holds `fragment`; one that exits while listed is skipped."""
+    import psutil
+
+    found = []
+    for process in parent.children(recursive=True):
+        try:
+            if fragment in process.name():
+                found.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return found
