@@ -4,8 +4,10 @@ What must hold: the replicas' log-probabilities of what they sampled are the
 learner's; after an update and a sync, both replicas serve the new weights
 (a fixed continuation scores the same as on the learner, within 1e-3); each
 episode stays on one replica and new ones spread; a replica serving another
-model is refused with both named; a short training run completes. Run by
-`make test-vllm`.
+model is refused with both named; a short training run completes; a replica
+killed mid-run costs no episode; with every replica down a turn waits for one
+(which first gets the current weights) and past `policy.outage_s` stops the
+run. Run by `make test-vllm`.
 """
 
 from __future__ import annotations
@@ -247,6 +249,73 @@ def test_a_replica_killed_mid_run_costs_no_episode(
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
     assert f"vLLM replica {urls[1]} is down" in caplog.text
     assert run.history[0]["policy/failovers"] == 0 and run.history[-1]["policy/failovers"] >= 1
+
+
+def test_with_every_replica_down_a_turn_waits_for_one_then_stops_at_outage_s(
+    vllm_model_dir, tmp_path
+):
+    """All replicas down: a turn waits (with backoff) for one to answer, which first gets the
+    current weights; past `policy.outage_s` it stops the run with an error naming the setting."""
+    import asyncio
+    import time
+
+    from agentgym_policy_vllm.server import ServerPolicyError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym_core.interfaces import SamplingParams
+
+    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(vllm_model_dir)
+    chat = ChatFormat(tokenizer, model.generation_config)
+    port, log = free_port_pair(), (tmp_path / "replica.log").open("w")
+    processes, urls = start_replicas(str(vllm_model_dir), 1, port, extra=CPU_FLAGS, log=log)
+    policy = VLLMServerPolicy(
+        VLLMServerPolicyConfig(base_urls=urls, outage_s=600), model=model, tokenizer=tokenizer
+    )
+    prompt = chat.prompt_ids("Reach the goal.", "You see a red ball in front of you.")
+    first = continuation_logprobs(model, prompt)
+    embeddings = model.model.embed_tokens.weight
+    torch.manual_seed(0)
+    with torch.no_grad():  # weights the replica, restarted from the folder, would not have
+        embeddings.add_(0.05 * torch.randn_like(embeddings))
+    current = continuation_logprobs(model, prompt)
+    assert max(abs(a - b) for a, b in zip(first, current, strict=True)) > 1e-2
+    policy.sync_weights(model)
+    actions = ["turn left", "turn right", "go forward"]
+
+    async def turn(session: str):
+        return await policy.generate(prompt, SamplingParams(seed=3), actions, session=session)
+
+    async def outage_then_restart():
+        waiting = asyncio.create_task(turn("during-outage"))
+        await asyncio.sleep(3)
+        assert not waiting.done()  # no replica: the turn waits instead of failing
+        processes.extend((await asyncio.to_thread(restart))[0])
+        return await waiting
+
+    def restart():
+        return start_replicas(str(vllm_model_dir), 1, port, extra=CPU_FLAGS, log=log)
+
+    try:
+        signal_replica(processes[0], signal.SIGKILL)
+        processes[0].wait(30)
+        generation = asyncio.run(outage_then_restart())
+        assert generation.text in actions and generation.finished
+        assert policy.counters()["replicas_down"] == 0
+        served = served_logprobs(policy, urls[0], prompt)  # reloaded before it took the turn
+        assert served == pytest.approx(current, abs=1e-3)
+
+        signal_replica(processes[-1], signal.SIGKILL)
+        processes[-1].wait(30)
+        policy.config.outage_s = 3
+        start = time.monotonic()
+        with pytest.raises(ServerPolicyError, match=r"policy.outage_s=3 s .*not trained on"):
+            asyncio.run(turn("past-outage"))
+        assert 3 <= time.monotonic() - start < 30
+    finally:
+        policy.close()
+        stop(processes)
+        log.close()
 
 
 def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_model_dir, tmp_path):
