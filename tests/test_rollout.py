@@ -13,6 +13,7 @@ from agentgym_core.learner.packing import pack
 from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 from agentgym_core.rollout.chat import PRIMING_REPLY, ChatFormat
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from agentgym_core.run.rollout_step import policy_counters
 from agentgym_core.types import StepResult, Termination, TrajectoryBatch
 
 
@@ -187,6 +188,30 @@ def test_prefix_cache_reuses_turns_without_changing_samples(tiny_model):
     assert stats.reused_tokens > stats.computed_tokens  # later turns mostly come from the cache
     assert len(stats) == 0  # every finished episode released its state
     assert plain.policy.cache.reused_tokens == 0
+
+
+def test_hf_counters_split_generation_time_and_count_reused_tokens(tiny_model):
+    """`policy/...` metrics: the parts' seconds add up to the generation thread's busy time."""
+    engine = _engine(tiny_model, lambda: ColourEnv(never_done=True))
+    busy = []
+    generate_batch = engine.policy._generate_batch
+
+    def timed(batch):
+        start = time.perf_counter()
+        generate_batch(batch)
+        busy.append(time.perf_counter() - start)
+
+    engine.policy._generate_batch = timed
+    engine.run(_episodes(4, 2), RolloutSettings(max_turns=3, seed=1))
+    counters = engine.policy.counters()
+    parts = [counters[f"{part}_seconds"] for part in ("kv_cache", "prefill", "sampling", "decode")]
+    assert min(parts) > 0
+    assert sum(parts) == pytest.approx(sum(busy), rel=0.1)
+    assert counters["batches"] == len(busy) == len(engine.policy.batch_sizes)
+    cache = engine.policy.cache
+    assert counters["reused_tokens"] == cache.reused_tokens > 0
+    assert counters["computed_tokens"] == cache.computed_tokens > 0
+    assert policy_counters(engine.policy)["policy/batches"] == len(busy)
 
 
 def test_env_timeout_counts_running_time_not_queueing(tiny_model):

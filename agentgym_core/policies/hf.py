@@ -12,9 +12,11 @@ depend on how requests happened to be batched.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import threading
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any, Literal
 
@@ -75,6 +77,10 @@ class HFPolicy:
         self.cache = PrefixCache(config.max_sessions)
         self.batch_sizes: list[int] = []
         """Size of every batch generated (continuous: of every forward pass)."""
+        self.seconds: collections.Counter[str] = collections.Counter()
+        """Generation-thread time by part (static batching), cumulative: `prefill` (a batch's
+        first forward pass), `decode` (the one-token passes after it), `sampling` (masks and
+        draws), `kv_cache` (gathering the sessions' keys and values into a batch and back)."""
         self._decoder: ContinuousDecoder | None = None
 
     # -- public protocol -------------------------------------------------------
@@ -115,6 +121,17 @@ class HFPolicy:
     def release(self, session: Hashable) -> None:
         """Drop the KV state of a finished episode."""
         self.cache.release(session)
+
+    def counters(self) -> dict[str, float]:
+        """For the run's metrics (`policy/...`), cumulative: generation time by part, batches.
+
+        Also the prompt tokens run against those whose keys and values were reused.
+        """
+        counters = {f"{part}_seconds": seconds for part, seconds in self.seconds.items()}
+        counters["batches"] = float(len(self.batch_sizes))
+        counters["computed_tokens"] = float(self.cache.computed_tokens)
+        counters["reused_tokens"] = float(self.cache.reused_tokens)
+        return counters
 
     def close(self) -> None:
         """Stop the server task and the generation thread."""
@@ -208,10 +225,12 @@ class HFPolicy:
             self.model.train(was_training)
 
     def _decode(self, batch: list[Request], device: torch.device) -> None:
+        clock = _Clock(self.seconds)
         use_cache = self.config.prefix_cache
         entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in batch]
         pre = self.cache.prefill([r.prompt for r in batch], entries, self.pad_id)
         attention = pre.attention_mask.to(device)
+        clock.lap("kv_cache")
         out = self.model(
             input_ids=pre.input_ids.to(device),
             attention_mask=attention,
@@ -222,8 +241,10 @@ class HFPolicy:
         )
         last_position = pre.position_ids[:, -1:].to(device)
         generators = [self.sampler.generator(r.params) for r in batch]
+        clock.lap("prefill")
         for _ in range(max(r.params.max_new_tokens for r in batch)):
             next_ids, real = self.sampler.sample(batch, out.logits[:, -1, :].float(), generators)
+            clock.lap("sampling")
             if all(r.done for r in batch):
                 break
             attention = torch.cat([attention, real.to(device).unsqueeze(1)], dim=1)
@@ -236,8 +257,10 @@ class HFPolicy:
                 use_cache=True,
                 logits_to_keep=1,
             )
+            clock.lap("decode")
         if use_cache:
             self._keep(batch, out.past_key_values, attention, pre.attention_mask.shape[1])
+            clock.lap("kv_cache")
 
     def _keep(
         self, batch: list[Request], cache: Any, attention: torch.Tensor, prefill: int
@@ -249,3 +272,16 @@ class HFPolicy:
             self.cache.store(
                 request.session, row, request.prompt + request.tokens[:fed], cache, attention
             )
+
+
+class _Clock:
+    """Adds the time since its last lap to a part's total."""
+
+    def __init__(self, totals: collections.Counter[str]) -> None:
+        self.totals = totals
+        self.last = time.perf_counter()
+
+    def lap(self, part: str) -> None:
+        now = time.perf_counter()
+        self.totals[part] += now - self.last
+        self.last = now
