@@ -18,12 +18,16 @@ replica reload them in place: `/pause` (which also drops the prefix cache),
 `/collective_rpc reload_weights {weights_path}` (the server needs
 `VLLM_SERVER_DEV_MODE=1`), `/resume`. This is the path vLLM's CPU build
 supports; on GPUs, NCCL weight transfer is the faster one (docs/scaling.md).
+With several learner ranks (all holding the same weights) only rank 0 writes
+and reloads; the others wait for its `.synced` mark in the shared `weights_dir`,
+so a replica reloads once per update, not once per rank.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import os
 import shutil
@@ -49,6 +53,11 @@ from agentgym_policy_vllm.xargs import EXTRA_ARG, encode_sequences
 
 log = logging.getLogger(__name__)
 
+PREFIX = "agentgym-v"
+"""Start of the names of the weights folders (and marks) in `weights_dir`."""
+SYNCED = ".synced"
+"""Suffix of the file rank 0 writes beside a weights folder once every replica reloaded it."""
+
 PROBE_TOLERANCE = 0.1
 """Mean absolute log-probability gap over a probe above which a server serves another model."""
 
@@ -67,6 +76,17 @@ class VLLMServerPolicy:
     def __init__(self, config: VLLMServerPolicyConfig, *, model: Any, tokenizer: Any) -> None:
         import httpx
 
+        self.rank, ranks = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        if ranks > 1 and not config.weights_dir:
+            raise ConfigError(
+                [
+                    Problem(
+                        "policy.weights_dir",
+                        f"{ranks} learner ranks need a folder they and every replica share: "
+                        "rank 0 writes the weights there, the other ranks wait for them",
+                    )
+                ]
+            )
         self.config = config
         self.urls = [url.rstrip("/") for url in config.base_urls]
         self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
@@ -225,25 +245,47 @@ class VLLMServerPolicy:
     # -- weights -----------------------------------------------------------------------
 
     def sync_weights(self, model: Any) -> None:
-        """Write the learner's weights to a new folder; every replica reloads them in place."""
+        """Write the learner's weights to a new folder; every replica reloads them in place.
+
+        Rank 0 does both; another learner rank waits until rank 0 marks the same
+        weights synced. The folder is named by version and a digest of the weights,
+        so a mark left by an earlier run cannot pass for this one's.
+        """
         start = time.perf_counter()
         self._version += 1
-        # learner ranks (accelerate sets RANK) sharing one weights_dir do not collide
-        mine = f"rank{os.environ.get('RANK', '0')}-v"
-        folder = self.weights_dir / f"{mine}{self._version:06d}"
-        save_weights(model, folder)
-        for url in self.urls:
-            if url in self._down:
-                continue  # it gets these weights when it answers again
-            try:
-                self._reload(url, folder)
-            except ReplicaDown as error:
-                self._mark_down(url, error)
+        folder = self.weights_dir / f"{PREFIX}{self._version:06d}-{weights_digest(model)}"
+        synced = folder.with_name(folder.name + SYNCED)
+        if self.rank == 0:
+            save_weights(model, folder)
+            for url in self.urls:
+                if url in self._down:
+                    continue  # it gets these weights when it answers again
+                try:
+                    self._reload(url, folder)
+                except ReplicaDown as error:
+                    self._mark_down(url, error)
+            synced.touch()
+            for old in self.weights_dir.glob(f"{PREFIX}*"):
+                if old.is_dir() and old != folder:
+                    shutil.rmtree(old, ignore_errors=True)
+                elif old.is_file() and old != synced:
+                    old.unlink(missing_ok=True)
+        else:
+            self._await(synced)
         self._folder = folder
-        for old in self.weights_dir.glob(f"{mine}*"):
-            if old != folder:
-                shutil.rmtree(old, ignore_errors=True)
         self.sync_seconds.append(time.perf_counter() - start)
+
+    def _await(self, synced: Path) -> None:
+        """Block until rank 0 marks these weights synced on every replica that answers."""
+        limit = self.config.timeout_s * (2 + len(self.urls))
+        deadline = time.monotonic() + limit
+        while not synced.exists():
+            if time.monotonic() > deadline:
+                raise ServerPolicyError(
+                    f"rank {self.rank}: rank 0 did not sync these weights in {limit:g} s "
+                    f"(no {synced.name} in policy.weights_dir={self.weights_dir})"
+                )
+            time.sleep(0.05)
 
     def _reload(self, url: str, folder: Path) -> None:
         """`url` reloads the weights in `folder` in place; its prefix cache is dropped."""
@@ -339,6 +381,18 @@ class VLLMServerPolicy:
                         )
                     ]
                 )
+
+
+def weights_digest(model: Any) -> str:
+    """A short digest of the weights (float64 sums per tensor), the same on every learner rank."""
+    import torch
+
+    sums = []
+    with torch.no_grad():
+        for name, tensor in sorted(model.state_dict().items()):
+            values = tensor.detach().double()
+            sums.append((name, float(values.sum()), float((values * values).sum())))
+    return hashlib.sha1(repr(sums).encode()).hexdigest()[:12]
 
 
 def save_weights(model: Any, folder: Path) -> None:

@@ -190,6 +190,75 @@ def test_a_short_training_run_generates_on_the_replicas(replicas, vllm_model_dir
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
 
 
+def test_two_learner_ranks_sync_through_rank_0_once_per_update(vllm_model_dir, tmp_path):
+    """Under `accelerate launch` (two CPU ranks, gloo) rank 0 alone writes the weights and has the
+    replica reload them, so the replica reloads once per update (not once per rank), and ends
+    serving the trained weights; the other rank generates on it too, after the sync."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import agentgym_core
+
+    weights, out = tmp_path / "weights", tmp_path / "run"
+    log_path = tmp_path / "replica.log"
+    with log_path.open("w") as log:
+        processes, urls = start_replicas(
+            str(vllm_model_dir), 1, free_port_pair(), extra=CPU_FLAGS, log=log
+        )
+        try:
+            config = tmp_path / "two-ranks.yaml"
+            raw = {
+                "run": {"name": "two-ranks", "seed": 0, "output_dir": str(out)},
+                "model": {"path": str(vllm_model_dir)},
+                "env": {"name": "babyai", "levels": LEVELS},
+                "policy": {"name": "vllm_server", "base_urls": urls, "weights_dir": str(weights)},
+                "algorithm": {"name": "grpo"},
+                "scheduler": {"name": "fixed", "max_turns": 2},
+                "rollout": {"max_context_tokens": 1024},
+                "trainer": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "lr": 5e-3},
+            }
+            config.write_text(yaml.safe_dump(raw))
+            root = Path(agentgym_core.__file__).resolve().parents[1]
+            env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+            command = [
+                *(sys.executable, "-m", "accelerate.commands.launch"),
+                *("--num_processes", "2", "--num_machines", "1", "--multi_gpu"),
+                *("--mixed_precision", "no", "--dynamo_backend", "no"),
+                *("--main_process_port", str(free_port_pair())),
+                *("-m", "agentgym_core.cli", "train", str(config), "--no-progress"),
+            ]
+            launch = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+            assert launch.returncode == 0, launch.stderr[-6000:]
+            model = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-000002")
+            tokenizer = AutoTokenizer.from_pretrained(vllm_model_dir)
+            policy = VLLMServerPolicy(
+                VLLMServerPolicyConfig(base_urls=urls), model=model, tokenizer=tokenizer
+            )
+            probe = ChatFormat(tokenizer).prompt_ids("Reach the goal.", "You see a red ball.")
+            served = served_logprobs(policy, urls[0], probe)
+            policy.close()
+        finally:
+            stop(processes)
+    assert served == pytest.approx(continuation_logprobs(model, probe), abs=1e-3)
+    requests = log_path.read_text()
+    assert requests.count("POST /collective_rpc") == 2  # two updates, one reload each
+    assert requests.count("POST /v1/completions") >= 2 * 2 * 2  # both ranks' turns
+    kept = sorted(path.name for path in weights.iterdir())
+    assert len(kept) == 2 and kept[0].startswith("agentgym-v000002-"), kept
+    assert kept[1] == kept[0] + ".synced"
+
+
+def test_several_learner_ranks_without_a_shared_weights_dir_is_refused(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = VLLMServerPolicyConfig(base_urls=["http://127.0.0.1:9"])
+    with pytest.raises(ConfigError, match=r"policy.weights_dir.*2 learner ranks"):
+        VLLMServerPolicy(config, model=None, tokenizer=None)
+
+
 def continuation_logprobs(model, ids) -> list[float]:
     """The learner's log-probability of each token of `ids` after the first."""
     with torch.no_grad():
