@@ -190,8 +190,8 @@ def test_prefix_cache_reuses_turns_without_changing_samples(tiny_model):
     assert plain.policy.cache.reused_tokens == 0
 
 
-def test_hf_counters_split_generation_time_and_count_reused_tokens(tiny_model):
-    """`policy/...` metrics: the parts' seconds add up to the generation thread's busy time."""
+def test_hf_counters_split_generation_time_into_parts(tiny_model):
+    """`policy/<part>_seconds` metrics: the parts add up to the generation thread's busy time."""
     engine = _engine(tiny_model, lambda: ColourEnv(never_done=True))
     busy = []
     generate_batch = engine.policy._generate_batch
@@ -207,11 +207,7 @@ def test_hf_counters_split_generation_time_and_count_reused_tokens(tiny_model):
     parts = [counters[f"{part}_seconds"] for part in ("kv_cache", "prefill", "sampling", "decode")]
     assert min(parts) > 0
     assert sum(parts) == pytest.approx(sum(busy), rel=0.1)
-    assert counters["batches"] == len(busy) == len(engine.policy.batch_sizes)
-    cache = engine.policy.cache
-    assert counters["reused_tokens"] == cache.reused_tokens > 0
-    assert counters["computed_tokens"] == cache.computed_tokens > 0
-    assert policy_counters(engine.policy)["policy/batches"] == len(busy)
+    assert sorted(policy_counters(engine.policy)) == sorted(f"policy/{k}" for k in counters)
 
 
 def test_env_timeout_counts_running_time_not_queueing(tiny_model):

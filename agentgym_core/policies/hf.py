@@ -123,15 +123,12 @@ class HFPolicy:
         self.cache.release(session)
 
     def counters(self) -> dict[str, float]:
-        """For the run's metrics (`policy/...`), cumulative: generation time by part, batches.
+        """For the run's metrics (`policy/<part>_seconds`): generation time by part, cumulative.
 
-        Also the prompt tokens run against those whose keys and values were reused.
+        Only times: counts kept by this process (batches, reused tokens) would differ
+        between a resumed run and a straight one, whose metrics must agree.
         """
-        counters = {f"{part}_seconds": seconds for part, seconds in self.seconds.items()}
-        counters["batches"] = float(len(self.batch_sizes))
-        counters["computed_tokens"] = float(self.cache.computed_tokens)
-        counters["reused_tokens"] = float(self.cache.reused_tokens)
-        return counters
+        return {f"{part}_seconds": seconds for part, seconds in self.seconds.items()}
 
     def close(self) -> None:
         """Stop the server task and the generation thread."""
