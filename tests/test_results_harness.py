@@ -20,6 +20,7 @@ from benchmarks.harness.report import (  # noqa: E402
     main_table,
     missing_runs,
     moving_average,
+    paired_table,
     plot,
     spread,
 )
@@ -54,6 +55,7 @@ arms:
       scheduler:
         name: scaling_inter
         stages: [{until_step: 2, max_turns: 2}, {until_step: 4, max_turns: 4}]
+compare: {si: [short]}
 paper:
   columns: [toy]
   rows: [{name: big model, values: [50.0]}]
@@ -93,10 +95,33 @@ def test_moving_average_and_largest_drop_by_hand():
     assert largest_drop([0.1, 0.2, 0.3]) == 0.0
 
 
-def test_spread_is_mean_and_min_max():
-    assert spread([0.5, 0.7, 0.6]) == "0.600 (0.500-0.700)"
+def test_spread_is_mean_95_interval_and_min_max():
+    # sd 0.1 over 3 seeds: t(2) 4.303 * 0.1 / sqrt(3) = 0.248
+    assert spread([0.5, 0.7, 0.6]) == "0.600 ± 0.248 (0.500-0.700)"
     assert spread([0.25]) == "0.250"
     assert spread([]) == "-"
+
+
+def test_paired_differences_by_seed_with_their_interval(scenario):
+    results = [
+        _result("short", 0, 0.50, {}),
+        _result("short", 1, 0.60, {}),
+        _result("short", 2, 0.40, {}),
+        _result("si", 0, 0.60, {}),
+        _result("si", 1, 0.65, {}),
+        _result("si", 2, 0.55, {}),
+        _result("si", 3, 0.90, {}),  # no `short` run at seed 3: left out of the pairs
+    ]
+    # differences 0.10, 0.05, 0.15: mean 0.10, sd 0.05, t(2) 4.303 * 0.05 / sqrt(3) = 0.124
+    table = paired_table(scenario, results).splitlines()
+    assert table[0] == "| difference (same seed, same start) | test | seeds |"
+    assert table[2] == "| ScalingInter - fixed 2 | +0.100 ± 0.124: no difference shown | 0, 1, 2 |"
+    # unpaired arms: the arms' own intervals overlap, yet every seed gains 0.10 +- 0.01
+    steady = [_result("short", s, 0.5 + 0.1 * s, {}) for s in range(3)]
+    steady += [_result("si", s, 0.6 + 0.1 * s + 0.01 * (s == 1), {}) for s in range(3)]
+    row = paired_table(scenario, steady).splitlines()[2]
+    assert row == "| ScalingInter - fixed 2 | +0.103 ± 0.014: shown | 0, 1, 2 |"
+    assert paired_table(scenario, [_result("si", 0, 0.6, {})]) == ""
 
 
 def test_cost_counts_env_steps_of_scored_episodes_and_tokens():
@@ -167,9 +192,10 @@ def test_tables_show_mean_range_cost_and_drop(scenario):
     ]
     table = main_table(scenario, results).splitlines()
     assert table[0].startswith("| arm | test success | seeds | train s | env steps |")
-    assert table[2] == "| untrained | 0.300 (0.200-0.400) | 0, 1 | - | - | - | - |"
+    assert table[2] == "| untrained | 0.300 ± 1.271 (0.200-0.400) | 0, 1 | - | - | - | - |"
     # MA10 of [0, 1, 0] is [0, 0.5, 0.333]: drop 0.167; a flat curve never drops
-    assert table[3] == "| fixed 2 | 0.600 (0.500-0.700) | 0, 1 | 15 | 18 | 30 | 0.17 / 0.00 |"
+    fixed = "| fixed 2 | 0.600 ± 1.271 (0.500-0.700) | 0, 1 | 15 | 18 | 30 | 0.17 / 0.00 |"
+    assert table[3] == fixed
     assert len(table) == 4  # the ScalingInter arm has no result: no row
     groups = group_table(scenario, results, "test").splitlines()
     assert groups[0] == "| group | untrained | fixed 2 |"

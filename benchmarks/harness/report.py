@@ -1,14 +1,18 @@
 """Tables and curves of the results harness, from the kept JSON results only.
 
-Numbers are means over seeds with the min-max range beside them; a missing
-run is named, never filled in. The curves smooth training success with a
-moving average (its window is printed) before the drop from the running best
-is measured, so one unlucky batch does not count as instability.
+Numbers are means over seeds with a 95% interval (Student's t over the
+seeds) and the min-max range beside them; arms named in a scenario's
+`compare` get their paired difference per seed (same seed, same starting
+model) with its interval. A missing run is named, never filled in. The
+curves smooth training success with a moving average (its window is printed)
+before the drop from the running best is measured, so one unlucky batch does
+not count as instability.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,15 +50,69 @@ def largest_drop(values: Sequence[float]) -> float:
     return drop
 
 
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+"""Student's t at 0.975 by degrees of freedom (1.96, the normal's, past these)."""
+
+
+def half_width(values: Sequence[float]) -> float:
+    """Half the width of the 95% interval of the mean over `values` (two or more)."""
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return T_975.get(n - 1, 1.96) * sd / math.sqrt(n)
+
+
 def spread(values: Iterable[float]) -> str:
-    """`mean (min-max)` with three decimals, or `-` when there is nothing."""
+    """`mean ± 95% half-width (min-max)` with three decimals, or `-` when there is nothing."""
     values = list(values)
     if not values:
         return "-"
     mean = sum(values) / len(values)
     if len(values) == 1:
         return f"{mean:.3f}"
-    return f"{mean:.3f} ({min(values):.3f}-{max(values):.3f})"
+    interval = f"{mean:.3f} ± {half_width(values):.3f}"
+    return f"{interval} ({min(values):.3f}-{max(values):.3f})"
+
+
+def paired_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
+    """Per `compare` pair and evaluation: mean difference over shared seeds, its interval, verdict.
+
+    An interval that holds 0 says "no difference shown"; one seed says nothing.
+    """
+    by_seed = {(r["arm"], r["seed"]): r for r in results}
+    header = ["difference (same seed, same start)", *scenario.evals, "seeds"]
+    rows = [header, ["---"] * len(header)]
+    for first, others in scenario.compare.items():
+        for other in others:
+            seeds = sorted(s for a, s in by_seed if a == first and (other, s) in by_seed)
+            if not seeds:
+                continue
+            labels = f"{scenario.arms[first].label} - {scenario.arms[other].label}"
+            row = [labels]
+            for split in scenario.evals:
+                pairs = [
+                    (
+                        _metric(by_seed[first, s], split, scenario.metric),
+                        _metric(by_seed[other, s], split, scenario.metric),
+                    )
+                    for s in seeds
+                ]
+                kept = [a - b for a, b in pairs if a is not None and b is not None]
+                row.append(_difference(kept))
+            row.append(", ".join(map(str, seeds)))
+            rows.append(row)
+    return _markdown(rows) if len(rows) > 2 else ""
+
+
+def _difference(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:+.3f} (one seed)"
+    half = half_width(values)
+    verdict = "no difference shown" if abs(mean) <= half else "shown"
+    return f"{mean:+.3f} ± {half:.3f}: {verdict}"
 
 
 def _by_arm(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

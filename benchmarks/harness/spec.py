@@ -57,6 +57,8 @@ class Scenario:
     metric_label: str = "success"
     paper: dict[str, Any] = field(default_factory=dict)
     smoke: dict[str, Any] = field(default_factory=dict)
+    compare: dict[str, list[str]] = field(default_factory=dict)
+    """Arm -> arms it is compared with, seed by seed (the report's paired differences)."""
 
     def arm_config(self, arm: Arm, *, smoke: bool = False) -> dict[str, Any]:
         """The agentgym config of one arm (without run paths, model path and stages).
@@ -94,6 +96,11 @@ def load_scenario(name: str, directory: Path = CONFIGS) -> Scenario:
         if spec:
             raise SystemExit(f"{path}: arms.{arm_name}: unknown keys {sorted(spec)}")
     check_paper(data.get("paper", {}), path)
+    for first, others in data.get("compare", {}).items():
+        unknown = sorted({first, *others} - set(arms))
+        if unknown:
+            known = ", ".join(arms)
+            raise SystemExit(f"{path}: compare.{first}: unknown arms {unknown}; arms: {known}")
     return Scenario(name=name, arms=arms, **data)
 
 
