@@ -28,6 +28,7 @@ What is here:
   `SandboxLimits`, `SandboxResult`, `SandboxUnavailable`; docs/sandbox.md);
 - helpers for policy plugins: `ActionConstraint` (constrained decoding),
   `full_weights` (a model's weights for a weight sync, a LoRA adapter merged in),
+  `fingerprint` (sums of a model's weights, equal on every rank that holds them),
   `ChatFormat`, `ChatMessage` (a chat API's message, also lent as `Message`),
   `ContextWindowExceeded`;
 - data: `read_items`, `read_pairs`, `AgentTrajItem`, `AgentTrajPair` (AgentTraj JSON);
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from agentgym_core.config.errors import ConfigError, Problem
     from agentgym_core.data.agenttraj import AgentTrajItem, AgentTrajPair, read_items, read_pairs
     from agentgym_core.data.expert import ExpertEnvironment
+    from agentgym_core.distributed import fingerprint
     from agentgym_core.learner.lora import full_weights
     from agentgym_core.learner.losses import (
         ClippedLossOptions,
@@ -116,6 +118,7 @@ _LAZY = {
     "agentgym_core.config.errors": ("ConfigError", "Problem"),
     "agentgym_core.data.agenttraj": ("AgentTrajItem", "AgentTrajPair", "read_items", "read_pairs"),
     "agentgym_core.data.expert": ("ExpertEnvironment",),
+    "agentgym_core.distributed": ("fingerprint",),
     "agentgym_core.learner.losses": (
         "ClippedLossOptions",
         "clipped_loss_with_kl_and_entropy",
@@ -207,6 +210,7 @@ __all__ = [
     "clipped_policy_loss",
     "clipped_value_loss",
     "entropy_bonus",
+    "fingerprint",
     "full_weights",
     "group_normalize",
     "hookimpl",

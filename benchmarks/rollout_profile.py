@@ -53,12 +53,10 @@ def main() -> None:
 
     host = PluginHost()
     with tempfile.TemporaryDirectory() as scratch:
-        model_path = args.model
-        if model_path is None:
-            model_path = str(Path(scratch) / "model")
-            fresh = load_config(CONFIG, [f"model.path={model_path}"], host.registry)
-            build_model(host, fresh, Path(model_path), {})
+        model_path = args.model or str(Path(scratch) / "model")
         resolved = load_config(CONFIG, [f"model.path={model_path}"], host.registry)
+        if args.model is None:
+            build_model(host, resolved, Path(model_path), {})
         rows = profile(resolved, args.turns, args.repeats)
     print(format_table(rows, list(rows[0])))
     walls = [row["wall s"] for row in rows]

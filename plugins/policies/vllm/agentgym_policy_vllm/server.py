@@ -45,6 +45,7 @@ from agentgym_core.api import (
     Generation,
     Problem,
     SamplingParams,
+    fingerprint,
     full_weights,
 )
 from agentgym_policy_vllm.actions import ActionTurns
@@ -76,13 +77,14 @@ class VLLMServerPolicy:
     def __init__(self, config: VLLMServerPolicyConfig, *, model: Any, tokenizer: Any) -> None:
         import httpx
 
-        self.rank, ranks = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        if ranks > 1 and not config.weights_dir:
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.ranks = int(os.environ.get("WORLD_SIZE", "1"))
+        if self.ranks > 1 and not config.weights_dir:
             raise ConfigError(
                 [
                     Problem(
                         "policy.weights_dir",
-                        f"{ranks} learner ranks need a folder they and every replica share: "
+                        f"{self.ranks} learner ranks need a folder they and every replica share: "
                         "rank 0 writes the weights there, the other ranks wait for them",
                     )
                 ]
@@ -248,12 +250,16 @@ class VLLMServerPolicy:
         """Write the learner's weights to a new folder; every replica reloads them in place.
 
         Rank 0 does both; another learner rank waits until rank 0 marks the same
-        weights synced. The folder is named by version and a digest of the weights,
-        so a mark left by an earlier run cannot pass for this one's.
+        weights synced. With several ranks the folder is named by version and a
+        digest of the weights, so a mark left by an earlier run cannot pass for
+        this one's (one rank waits for nobody and skips the digest).
         """
         start = time.perf_counter()
         self._version += 1
-        folder = self.weights_dir / f"{PREFIX}{self._version:06d}-{weights_digest(model)}"
+        name = f"{PREFIX}{self._version:06d}"
+        if self.ranks > 1:
+            name += "-" + hashlib.sha1(repr(fingerprint(model)).encode()).hexdigest()[:12]
+        folder = self.weights_dir / name
         synced = folder.with_name(folder.name + SYNCED)
         if self.rank == 0:
             save_weights(model, folder)
@@ -381,18 +387,6 @@ class VLLMServerPolicy:
                         )
                     ]
                 )
-
-
-def weights_digest(model: Any) -> str:
-    """A short digest of the weights (float64 sums per tensor), the same on every learner rank."""
-    import torch
-
-    sums = []
-    with torch.no_grad():
-        for name, tensor in sorted(model.state_dict().items()):
-            values = tensor.detach().double()
-            sums.append((name, float(values.sum()), float((values * values).sum())))
-    return hashlib.sha1(repr(sums).encode()).hexdigest()[:12]
 
 
 def save_weights(model: Any, folder: Path) -> None:
