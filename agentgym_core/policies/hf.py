@@ -28,7 +28,7 @@ from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.prefix_cache import PrefixCache
 from agentgym_core.policies.sampling import Request, Sampler
-from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.chat import ACTION_CACHE_SIZE, ChatFormat
 from agentgym_core.types import Generation
 
 
@@ -144,6 +144,8 @@ class HFPolicy:
 
     def _action_tokens(self, action: str) -> tuple[int, ...]:
         if action not in self._action_cache:
+            if len(self._action_cache) >= ACTION_CACHE_SIZE:
+                self._action_cache.clear()  # open action lists (spans of text) never repeat
             self._action_cache[action] = tuple(self.chat.action_ids(action))
         return self._action_cache[action]
 

@@ -25,6 +25,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+ACTION_CACHE_SIZE = 50_000
+"""Tokenized actions kept per cache: fixed action sets fit; open ones (spans) are dropped."""
 PRIMING_REPLY = "Ok."
 """AgentGym opens each conversation with the instruction and this assistant reply."""
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentgym_core.interfaces import Policy, SamplingParams
-from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.chat import ACTION_CACHE_SIZE, ChatFormat
 from agentgym_core.types import Generation, Trajectory
 
 
@@ -129,6 +129,8 @@ class TokenDialogue:
             return max_new_tokens
         for action in allowed:
             if action not in self._action_lengths:
+                if len(self._action_lengths) >= ACTION_CACHE_SIZE:
+                    self._action_lengths.clear()  # open action lists (spans) never repeat
                 self._action_lengths[action] = len(self.chat.action_ids(action))
         return max(max_new_tokens, *(self._action_lengths[a] for a in allowed))
 

@@ -61,6 +61,17 @@ class SearchConfig(BaseModel):
         "a scratch folder, CPU/memory/time limits; docs/sandbox.md) and its printed output "
         "comes back. Needs bubblewrap (`make` installs it).",
     )
+    action_space: Literal["free", "spans"] = Field(
+        "free",
+        description="`free`: actions are free text, never enumerated. `spans`: decoding is "
+        "constrained to an enumerated list: search[...] and answer[...] of every span of up to "
+        "`max_span_words` words of what the agent has read (question and observations), and "
+        "with `python`, python[print(a - b)] for every ordered pair of numbers read. A tiny "
+        "model can learn to point at a span where it cannot spell an unseen name.",
+    )
+    max_span_words: int = Field(
+        4, ge=1, le=12, description="Longest span, in words, listed under `action_space: spans`."
+    )
     python_wall_s: float = Field(
         10.0, gt=0, le=120, description="Wall-clock seconds one python[...] may run."
     )

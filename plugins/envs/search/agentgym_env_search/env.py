@@ -4,8 +4,9 @@ The agent acts with `search[query]` (the top-k passages come back) and
 `answer[text]` (ends the episode). The reward is the exact match of that
 answer with a gold answer, normalized as SQuAD does; token F1 goes in `info`.
 The action space is open text, so `valid_actions()` is None and decoding is
-never constrained. With `python: true` the agent also has `python[code]`: the
-code runs in the core's sandbox (`agentgym_core.api.PythonSandbox`) and what
+not constrained, unless `action_space: spans` lists actions built from what the
+agent has read (`agentgym_env_search.spans`). With `python: true` the agent also
+has `python[code]`: the code runs in the core's sandbox (`agentgym_core.api.PythonSandbox`) and what
 it prints comes back, for arithmetic over the facts it found.
 """
 
@@ -20,6 +21,7 @@ from agentgym_env_search.config import SearchConfig
 from agentgym_env_search.index import Searcher, shared_searcher
 from agentgym_env_search.metrics import best_scores
 from agentgym_env_search.qa import BUNDLED, QAItem, load_qa, split_of
+from agentgym_env_search.spans import span_actions
 
 INSTRUCTION = """Answer the question using a search engine over an encyclopedia.
 Each turn, reply with exactly one action:
@@ -113,6 +115,8 @@ class SearchEnv:
         )
         self.item: QAItem | None = None
         self.queries: list[str] = []
+        self.read: list[str] = []
+        """The question and every observation since, the source of `spans` actions."""
         self.done = True
         self.success = False
         self.programs = 0
@@ -157,11 +161,14 @@ class SearchEnv:
         self.item = self._item(task_id)
         self.queries, self.done, self.success = [], False, False
         self.programs = 0
+        self.read = [self.item.question]
         return f"Question: {self.item.question}"
 
     def valid_actions(self) -> list[str] | None:
-        """None: actions are free text (`search[...]`, `answer[...]`), never enumerated."""
-        return None
+        """None for free text; under `action_space: spans`, the actions built from `read`."""
+        if self.config.action_space == "free":
+            return None
+        return span_actions(self.read, self.config.max_span_words, python=self.sandbox is not None)
 
     def step(self, action: str) -> StepResult:
         """Run a search, or score an answer and end the episode."""
@@ -172,6 +179,11 @@ class SearchEnv:
             invalid = INVALID if self.sandbox is None else INVALID_WITH_PYTHON
             return StepResult(invalid, 0.0, False, info={"success": False, "invalid": True})
         tool, argument = parsed
+        result = self._act(tool, argument)
+        self.read.append(result.observation)
+        return result
+
+    def _act(self, tool: str, argument: str) -> StepResult:
         if not argument.strip():
             note = f"{tool}[...] needs text inside the brackets, e.g. {EXAMPLES[tool]}."
             return StepResult(note, 0.0, False, info={"success": False, "invalid": True})
