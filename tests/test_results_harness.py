@@ -20,6 +20,7 @@ from benchmarks.harness.report import (  # noqa: E402
     main_table,
     missing_runs,
     moving_average,
+    overlapping,
     paired_table,
     plot,
     spread,
@@ -201,6 +202,24 @@ def test_tables_show_mean_range_cost_and_drop(scenario):
     assert groups[0] == "| group | untrained | fixed 2 |"
     assert groups[2] == "| a | 0.20 | 0.70 |"
     assert missing_runs(scenario, results) == ["si seed 0", "si seed 1"]
+
+
+def test_runs_that_shared_the_machine_are_found_and_their_time_starred(scenario):
+    def run(arm, seed, started, wall, scenario="toy"):
+        result = _result(arm, seed, 0.5, {}, curve=[0.5], seconds=wall)
+        return result | {"scenario": scenario, "started": started, "wall_seconds": wall}
+
+    sweep = [  # one after the other, the next starting within the second the last ended
+        run("short", 0, "2026-01-01T00:00:00+00:00", 100.4),
+        run("si", 0, "2026-01-01T00:01:40+00:00", 200.0),
+    ]
+    assert overlapping(sweep) == set()
+    beside = run("short", 1, "2026-01-01T00:02:00+00:00", 300.0, scenario="other")
+    assert overlapping([*sweep, beside]) == {("toy", "si", 0), ("other", "short", 1)}
+    table = main_table(scenario, sweep, overlapping([*sweep, beside])).splitlines()
+    assert table[2].split(" | ")[3] == "100" and table[3].split(" | ")[3] == "200 *"
+    assert table[-1].startswith("\\* Some of these runs overlapped another kept run")
+    assert "*" not in main_table(scenario, sweep)
 
 
 def test_plot_draws_curves_with_stage_lines(scenario, tmp_path):

@@ -16,6 +16,7 @@ from benchmarks.harness.report import (
     load_results,
     main_table,
     missing_runs,
+    overlapping,
     paired_table,
     plot,
 )
@@ -34,7 +35,8 @@ difference is taken seed by seed between two arms that started from the same
 model, and an interval that holds 0 says "no difference shown";
 "largest drop" is, per seed, the largest fall of training success (moving
 average over {smooth} updates) below its running best. Costs are per run:
-training wall time on a 2-core CPU machine with nothing else of ours running,
+training wall time on a 2-core CPU machine with nothing else of ours running
+(marked * where a run overlapped another kept run),
 env steps (actions taken: in training rollouts, and the expert's in making SFT
 data; "not counted" for SFT runs kept before the expert's were counted) and
 sampled tokens in training rollouts. An SFT -> RL row's cost is the RL run's
@@ -42,7 +44,14 @@ alone; add the SFT row's for the whole recipe.
 """
 
 
-def scenario_section(scenario: Scenario, data: Path, out: Path, *, smoke: bool) -> str:
+def scenario_section(
+    scenario: Scenario,
+    data: Path,
+    out: Path,
+    *,
+    smoke: bool,
+    shared: set[tuple[str, str, int]] = frozenset(),  # type: ignore[assignment]
+) -> str:
     """The Markdown of one scenario (and its PNG, when it has results)."""
     results = load_results(data, scenario.name) if not smoke else _smoke_results(data, scenario)
     seeds = " ".join(str(s) for s in scenario.seeds)
@@ -57,7 +66,8 @@ def scenario_section(scenario: Scenario, data: Path, out: Path, *, smoke: bool) 
     if not results:
         return "\n".join([*lines, "No results yet.", ""])
     png = plot(scenario, results, out / f"{scenario.name}.png")
-    lines += [f"![{scenario.name} curves]({png.name})", "", main_table(scenario, results), ""]
+    lines += [f"![{scenario.name} curves]({png.name})", ""]
+    lines += [main_table(scenario, results, shared), ""]
     paired = paired_table(scenario, results)
     if paired:
         lines += [paired, ""]
@@ -93,7 +103,9 @@ def write_report(scenarios: list[Scenario], data: Path, out: Path, *, smoke: boo
     """Write README.md (and PNGs) for `scenarios`, keeping other scenarios' kept results too."""
     out.mkdir(parents=True, exist_ok=True)
     sections = [PREAMBLE.format(smooth=SMOOTH)]
-    sections += [scenario_section(s, data, out, smoke=smoke) for s in scenarios]
+    kept = [] if smoke else [r for p in sorted(data.glob("*/")) for r in load_results(data, p.name)]
+    shared = overlapping(kept)
+    sections += [scenario_section(s, data, out, smoke=smoke, shared=shared) for s in scenarios]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,47 @@ SMOOTH = 10
 """Updates in the moving average of training success (curves and the drop measure)."""
 
 
+SHARED_NOTE = (
+    "\\* Some of these runs overlapped another kept run (by start time and wall time), so "
+    "their training time is not an idle-machine figure; their scores are unaffected."
+)
+
+
+OVERLAP_SLACK = timedelta(seconds=60)
+"""Overlap ignored: start times are kept to the second, and a sweep's next run starts at once."""
+
+
 def load_results(data: Path, scenario: str) -> list[dict[str, Any]]:
     """Every kept result of a scenario (smoke runs are not results)."""
     folder = data / scenario
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     return [r for r in results if not r.get("smoke")]
+
+
+def overlapping(results: Iterable[dict[str, Any]]) -> set[tuple[str, str, int]]:
+    """(scenario, arm, seed) of every run whose time span crossed another kept run's.
+
+    Such a run shared the machine, so its wall time is not an idle-machine figure. Its
+    scores stand: the runs are synchronous and seeded, so sharing slows them only.
+    """
+    spans = []
+    for r in results:
+        if "started" not in r:  # written by hand (tests): it cannot be placed in time
+            continue
+        start = datetime.fromisoformat(r["started"])
+        spans.append((start, start + timedelta(seconds=r["wall_seconds"]), _key(r)))
+    spans.sort()
+    shared: set[tuple[str, str, int]] = set()
+    for i, (_, end, key) in enumerate(spans):
+        for later_start, _, other in spans[i + 1 :]:
+            if later_start >= end - OVERLAP_SLACK:
+                break
+            shared |= {key, other}
+    return shared
+
+
+def _key(result: dict[str, Any]) -> tuple[str, str, int]:
+    return result["scenario"], result["arm"], result["seed"]
 
 
 def moving_average(values: Sequence[float], window: int = SMOOTH) -> list[float]:
@@ -135,8 +172,16 @@ def _metric(
     return record.get(metric)
 
 
-def main_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
-    """One row per arm: each evaluation (mean, min-max over seeds), seeds, cost, stability."""
+def main_table(
+    scenario: Scenario,
+    results: list[dict[str, Any]],
+    shared: set[tuple[str, str, int]] = frozenset(),  # type: ignore[assignment]
+) -> str:
+    """One row per arm: each evaluation (mean, min-max over seeds), seeds, cost, stability.
+
+    A training time averaged over a run in `shared` (see `overlapping`) gets a `*` and the
+    table a footnote.
+    """
     arms = _by_arm(results)
     splits = list(scenario.evals)
     header = ["arm", *(f"{split} {scenario.metric_label}" for split in splits)]
@@ -152,7 +197,9 @@ def main_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
             row.append(spread(v for v in values if v is not None))
         row.append(", ".join(str(r["seed"]) for r in runs))
         trained = [r for r in runs if r["curve"]]
-        row.append(_integer_spread(r["cost"]["train_seconds"] for r in trained))
+        seconds = _integer_spread(r["cost"]["train_seconds"] for r in trained)
+        starred = any(_key(r) in shared for r in trained)
+        row.append(seconds + " *" if starred else seconds)
         env_steps = _integer_spread(r["cost"]["env_steps"] for r in trained)
         row.append("not counted" if any(map(_expert_steps_uncounted, trained)) else env_steps)
         row.append(_integer_spread(r["cost"]["sampled_tokens"] for r in trained))
@@ -160,7 +207,10 @@ def main_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
         drops = [largest_drop(moving_average(c)) for c in curves if c]
         row.append(" / ".join(f"{d:.2f}" for d in drops) or "-")
         rows.append(row)
-    return _markdown(rows)
+    table = _markdown(rows)
+    if any(_key(r) in shared and r["curve"] for r in results):
+        table += f"\n\n{SHARED_NOTE}"
+    return table
 
 
 def _rl_curve(result: dict[str, Any], key: str) -> list[float]:
