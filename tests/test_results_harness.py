@@ -24,6 +24,7 @@ from benchmarks.harness.report import (  # noqa: E402
     paired_table,
     plot,
     spread,
+    summary_table,
 )
 from benchmarks.harness.runner import (  # noqa: E402
     Paths,
@@ -220,6 +221,22 @@ def test_runs_that_shared_the_machine_are_found_and_their_time_starred(scenario)
     assert table[2].split(" | ")[3] == "100" and table[3].split(" | ")[3] == "200 *"
     assert table[-1].startswith("\\* Some of these runs overlapped another kept run")
     assert "*" not in main_table(scenario, sweep)
+
+
+def test_summary_has_a_row_per_compared_pair_with_steps_and_drops(scenario):
+    results = [
+        _result("short", 0, 0.5, {}, curve=[0.0, 1.0, 0.0]),
+        _result("short", 1, 0.7, {}, curve=[0.5, 0.5, 0.5]),
+        _result("si", 0, 0.6, {}, curve=[0.5] * 6),
+        _result("si", 1, 0.9, {}, curve=[0.5] * 6),
+    ]
+    table = summary_table([(scenario, results)]).splitlines()
+    assert table[0].startswith("| scenario | first arm - second arm | paired difference |")
+    # differences +0.1 and +0.2: mean 0.15, sd 0.0707, t(1) 12.706 -> half-width 0.635;
+    # env steps 4 per update: 6 updates against 3 is 2x; drops (0.167 + 0) / 2 against 0
+    row = "| toy | ScalingInter - fixed 2 | test: +0.150 ± 0.635: no difference shown | 2.00x "
+    assert table[2] == row + "| 0.00 / 0.08 | 0, 1 |"
+    assert summary_table([(scenario, results[:2])]) == ""  # no pair ran: no table
 
 
 def test_plot_draws_curves_with_stage_lines(scenario, tmp_path):

@@ -19,6 +19,7 @@ from benchmarks.harness.report import (
     overlapping,
     paired_table,
     plot,
+    summary_table,
 )
 from benchmarks.harness.spec import Scenario
 
@@ -41,6 +42,16 @@ env steps (actions taken: in training rollouts, and the expert's in making SFT
 data; "not counted" for SFT runs kept before the expert's were counted) and
 sampled tokens in training rollouts. An SFT -> RL row's cost is the RL run's
 alone; add the SFT row's for the whole recipe.
+"""
+
+SUMMARY = """## Summary: ScalingInter against fixed horizons
+
+Does ScalingInter reach the best fixed horizon, with fewer env steps, and is the long fixed
+horizon less stable? One row per compared pair of arms, from the scenario sections below:
+the paired difference of each evaluation (mean ± 95% half-width over seeds; an interval that
+holds 0 says "no difference shown"), the first arm's training env steps over the second's,
+and each arm's largest drop of training success (moving average over {smooth} updates),
+first arm / second arm, averaged over seeds.
 """
 
 
@@ -105,6 +116,14 @@ def write_report(scenarios: list[Scenario], data: Path, out: Path, *, smoke: boo
     sections = [PREAMBLE.format(smooth=SMOOTH)]
     kept = [] if smoke else [r for p in sorted(data.glob("*/")) for r in load_results(data, p.name)]
     shared = overlapping(kept)
+    compared = [
+        (s, _smoke_results(data, s) if smoke else load_results(data, s.name))
+        for s in scenarios
+        if s.compare
+    ]
+    summary = summary_table(compared)
+    if summary:
+        sections += [SUMMARY.format(smooth=SMOOTH), summary, ""]
     sections += [scenario_section(s, data, out, smoke=smoke, shared=shared) for s in scenarios]
     path = out / "README.md"
     path.write_text("\n".join(sections))

@@ -141,6 +141,50 @@ def paired_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
     return _markdown(rows) if len(rows) > 2 else ""
 
 
+def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) -> str:
+    """One row per `compare` pair across scenarios: the paired difference of each evaluation,
+    the env steps of the first arm over the second's, and each arm's mean largest drop.
+
+    The table that answers "does ScalingInter match the best fixed horizon with fewer env
+    steps, and is the long fixed horizon less stable?" in one place.
+    """
+    header = ["scenario", "first arm - second arm", "paired difference", "env steps"]
+    header += [f"largest drop (MA{SMOOTH}), mean", "seeds"]
+    rows = [header, ["---"] * len(header)]
+    for scenario, results in scenarios:
+        by_seed = {(r["arm"], r["seed"]): r for r in results}
+        for first, others in scenario.compare.items():
+            for other in others:
+                seeds = sorted(s for a, s in by_seed if a == first and (other, s) in by_seed)
+                if not seeds:
+                    continue
+                a = [by_seed[first, s] for s in seeds]
+                b = [by_seed[other, s] for s in seeds]
+                differences = []
+                for split in scenario.evals:
+                    pairs = zip(
+                        (_metric(r, split, scenario.metric) for r in a),
+                        (_metric(r, split, scenario.metric) for r in b),
+                        strict=True,
+                    )
+                    kept = [x - y for x, y in pairs if x is not None and y is not None]
+                    differences.append(f"{split}: {_difference(kept)}")
+                steps = sum(r["cost"]["env_steps"] for r in b)
+                ratio = sum(r["cost"]["env_steps"] for r in a) / steps if steps else math.nan
+                labels = f"{scenario.arms[first].label} - {scenario.arms[other].label}"
+                drops = f"{_mean_drop(a):.2f} / {_mean_drop(b):.2f}"
+                rows.append(
+                    [scenario.name, labels, "; ".join(differences), f"{ratio:.2f}x", drops]
+                    + [", ".join(map(str, seeds))]
+                )
+    return _markdown(rows) if len(rows) > 2 else ""
+
+
+def _mean_drop(results: list[dict[str, Any]]) -> float:
+    drops = [largest_drop(moving_average(c)) for r in results if (c := _rl_curve(r, "success"))]
+    return sum(drops) / len(drops) if drops else math.nan
+
+
 def _difference(values: list[float]) -> str:
     if not values:
         return "-"
