@@ -17,12 +17,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from agentgym_core.types import Trajectory
 
 GroupStd: TypeAlias = Literal["population", "sample", "none"]
 """How `group_normalize` scales: by the std over n, over n - 1, or not at all."""
+
+
+def older_scale_by_std(data: Any) -> Any:
+    """A config block with `scale_by_std` (the older spelling of `std`) read as `std`.
+
+    For a pydantic `mode="before"` validator: false becomes `std: none`, true keeps
+    the default, and a `std` that contradicts it is refused.
+    """
+    if not isinstance(data, dict) or "scale_by_std" not in data:
+        return data
+    data = dict(data)
+    scale = data.pop("scale_by_std")
+    if not isinstance(scale, bool):
+        raise ValueError(f"scale_by_std must be true or false, got {scale!r}; prefer `std`")
+    if "std" in data and (data["std"] == "none") == scale:
+        raise ValueError(
+            f"scale_by_std: {str(scale).lower()} contradicts std: {data['std']}; "
+            "give only `std` (scale_by_std is its older spelling)"
+        )
+    if not scale:
+        data["std"] = "none"
+    return data
 
 
 def agent_positions(trajectory: Trajectory) -> list[int]:

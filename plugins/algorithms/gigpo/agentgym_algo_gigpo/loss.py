@@ -36,6 +36,7 @@ from agentgym_core.api import (
     TrajectoryBatch,
     clipped_loss_with_kl_and_entropy,
     group_normalize,
+    older_scale_by_std,
     turn_spans,
 )
 
@@ -77,20 +78,7 @@ class GiGPOConfig(ClippedLossOptions):
     @classmethod
     def _older_scale_by_std(cls, data: Any) -> Any:
         """Read `scale_by_std`, which `std` replaced: false is `std: none`."""
-        if not isinstance(data, dict) or "scale_by_std" not in data:
-            return data
-        data = dict(data)
-        scale = data.pop("scale_by_std")
-        if not isinstance(scale, bool):
-            raise ValueError(f"scale_by_std must be true or false, got {scale!r}; prefer `std`")
-        if "std" in data and (data["std"] == "none") == scale:
-            raise ValueError(
-                f"scale_by_std: {str(scale).lower()} contradicts std: {data['std']}; "
-                "give only `std` (scale_by_std is its older spelling)"
-            )
-        if not scale:
-            data["std"] = "none"
-        return data
+        return older_scale_by_std(data)
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
