@@ -26,7 +26,8 @@ SMOOTH = 10
 
 SHARED_NOTE = (
     "\\* Some of these runs overlapped another kept run (by start time and wall time), so "
-    "their training time is not an idle-machine figure; their scores are unaffected."
+    "their training time is not an idle-machine figure. Their scores do not depend on it "
+    "(the preamble says how that was checked)."
 )
 
 
