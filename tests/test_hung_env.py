@@ -237,3 +237,41 @@ def test_error_trace_keeps_the_innermost_frames_bounded():
     assert lines[0].startswith("... (") and "earlier lines left out" in lines[0]
     assert lines[-1].startswith("ConnectionError: server went away xxx")
     assert "in deep" in trace and "test_hung_env.py" in trace
+
+
+def test_a_cancelled_call_stays_cancelled_though_it_returned_a_moment_before():
+    """On Python 3.11, wait_for returned the value of a call that finished just before the
+    cancel: the cancelled episode played on, then waited forever on a stopped policy."""
+    import asyncio
+
+    async def cancel_after_return(threads: EnvThreads, loop_turns: int) -> str:
+        returned = threading.Event()
+
+        def call() -> str:
+            returned.set()
+            return "value"
+
+        task = asyncio.ensure_future(threads.call(5.0, call))
+        while not returned.is_set():
+            await asyncio.sleep(0)
+        for _ in range(loop_turns):  # the result is on its way through the loop's callbacks
+            await asyncio.sleep(0)
+        if task.done():
+            return "finished first"
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "played on"
+
+    async def every_moment() -> list[str]:
+        threads = EnvThreads(2)
+        try:
+            return [await cancel_after_return(threads, turns) for turns in range(6)]
+        finally:
+            threads.shutdown()
+
+    outcomes = asyncio.run(every_moment())
+    assert "played on" not in outcomes
+    assert outcomes.count("cancelled") >= 2  # the moments between return and wake-up

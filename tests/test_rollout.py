@@ -278,6 +278,30 @@ def test_policy_failure_stops_the_rollout_instead_of_blaming_the_env(tiny_model)
         engine.run(_episodes(2, 1), RolloutSettings(max_turns=2, seed=0))
 
 
+def test_one_failing_generation_stops_the_rollout_while_others_wait_on_the_policy(tiny_model):
+    """The failure must come out, not hang in the cleanup of the episodes left waiting."""
+    import concurrent.futures
+
+    from agentgym_core.rollout.engine import PolicyError
+
+    engine = _engine(tiny_model)
+    real, calls = engine.policy.generate, []
+
+    async def fails_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:  # the others are queued on the real policy by now
+            raise RuntimeError("one bad request")
+        return await real(*args, **kwargs)
+
+    engine.policy.generate = fails_once
+    settings = RolloutSettings(max_turns=3, seed=0, concurrency=8)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(engine.run, _episodes(8, 2), settings)
+        with pytest.raises(PolicyError, match="one bad request"):
+            running.result(timeout=60)
+    engine.close()
+
+
 class _TupleStepEnv(ColourEnv):
     def step(self, action):
         result = super().step(action)

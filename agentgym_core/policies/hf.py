@@ -205,7 +205,8 @@ class HFPolicy:
             if not quiet:
                 break
             try:
-                batch.append(await asyncio.wait_for(self._queue.get(), quiet))
+                async with asyncio.timeout(quiet):  # not wait_for: see EnvThreads.call
+                    batch.append(await self._queue.get())
             except TimeoutError:
                 break
         return batch

@@ -127,12 +127,15 @@ class TokenDialogue:
         """Tokens the next action may take (a constrained action may exceed max_new_tokens)."""
         if not allowed:
             return max_new_tokens
+        lengths = []
         for action in allowed:
-            if action not in self._action_lengths:
+            length = self._action_lengths.get(action)
+            if length is None:
                 if len(self._action_lengths) >= ACTION_CACHE_SIZE:
                     self._action_lengths.clear()  # open action lists (spans) never repeat
-                self._action_lengths[action] = len(self.chat.action_ids(action))
-        return max(max_new_tokens, *(self._action_lengths[a] for a in allowed))
+                length = self._action_lengths[action] = len(self.chat.action_ids(action))
+            lengths.append(length)
+        return max(max_new_tokens, *lengths)
 
     async def aclose(self) -> None:
         """Nothing to close: the policy outlives the run and its owner closes it."""

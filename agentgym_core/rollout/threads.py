@@ -151,9 +151,11 @@ class EnvThreads:
             self._calls[pending] = name
             pending.add_done_callback(self._forget)
             try:
-                return await asyncio.wait_for(
-                    asyncio.shield(asyncio.wrap_future(pending)), timeout_s
-                )
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result
+                # when it is cancelled just after the call returned, so a cancelled episode
+                # would play on (and wait forever on a policy that has stopped)
+                async with asyncio.timeout(timeout_s):
+                    return await asyncio.shield(asyncio.wrap_future(pending))
             except TimeoutError as error:
                 self._late.add(pending)
                 if pending.done():  # it returned just now: nothing to forget later
