@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -312,7 +313,9 @@ class OfflineStage:
         progress = stage_progress(root, first_step, show=show_progress, quiet=quiet)
         try:
             for step in range(first_step, trainer.steps):
+                start = time.perf_counter()
                 metrics = self._step(step, learner, examples)
+                metrics["step_seconds"] = time.perf_counter() - start
                 metrics["data/examples"] = float(len(examples))
                 if expert_steps and step == first_step:  # made once per (re)started stage
                     metrics["data/expert_env_steps"] = float(expert_steps)
