@@ -31,6 +31,7 @@ from benchmarks.harness.runner import (  # noqa: E402
     build_model,
     cost,
     eval_record,
+    group_success,
     pipeline_config,
     run_arm,
     run_pipeline_once,
@@ -173,6 +174,16 @@ def test_an_evolve_arm_runs_agentevol_rounds_and_keeps_its_explorations(tmp_path
     assert result["evals"]["test"]["episodes"] == 4.0
     rounds = tmp_path / "work" / "textcraft" / "seed0" / "evolve" / "train"
     assert sorted(p.name for p in rounds.iterdir() if p.is_dir()) == ["round-0", "round-1"]
+
+
+def test_training_success_is_kept_per_task_group():
+    metrics = {
+        "rollout/success_rate": 0.5,
+        "rollout/group/click-link/success_rate": 1.0,
+        "rollout/group/enter-text/success_rate": 0.25,
+        "rollout/group/enter-text/episodes": 4.0,
+    }
+    assert group_success(metrics) == {"success/click-link": 1.0, "success/enter-text": 0.25}
 
 
 def test_eval_record_keeps_overall_and_per_group():

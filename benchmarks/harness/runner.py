@@ -57,10 +57,22 @@ class CurveRecorder:
         """
         point = {"step": step}
         point.update({key: metrics[name] for key, name in CURVE_KEYS.items() if name in metrics})
+        point.update(group_success(metrics))
         self.points.append(point)
         if self.log is not None:
             with self.log.open("a") as out:
                 out.write(json.dumps(point) + "\n")
+
+
+def group_success(metrics: dict[str, float]) -> dict[str, float]:
+    """Training success per task group (`success/<group>`), so a run whose held-out success
+    falls while its training success rises can be read task by task."""
+    prefix, suffix = "rollout/group/", "/success_rate"
+    return {
+        f"success/{name[len(prefix) : -len(suffix)]}": value
+        for name, value in metrics.items()
+        if name.startswith(prefix) and name.endswith(suffix)
+    }
 
 
 def logged_points(log: Path) -> dict[int, dict[str, float]]:
