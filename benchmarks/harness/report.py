@@ -143,7 +143,7 @@ def paired_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
 
 
 def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) -> str:
-    """One row per `compare` pair across scenarios: the paired difference of each evaluation,
+    """One row per `compare` pair of a ScalingInter arm: the paired difference of each evaluation,
     the env steps of the first arm over the second's, and each arm's mean largest drop.
 
     The table that answers "does ScalingInter match the best fixed horizon with fewer env
@@ -155,6 +155,8 @@ def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) ->
     for scenario, results in scenarios:
         by_seed = {(r["arm"], r["seed"]): r for r in results}
         for first, others in scenario.compare.items():
+            if _scheduler(scenario, first) != "scaling_inter":
+                continue  # other comparisons (SFT -> RL against SFT) stay in their section
             for other in others:
                 seeds = sorted(s for a, s in by_seed if a == first and (other, s) in by_seed)
                 if not seeds:
@@ -179,6 +181,11 @@ def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) ->
                     + [", ".join(map(str, seeds))]
                 )
     return _markdown(rows) if len(rows) > 2 else ""
+
+
+def _scheduler(scenario: Scenario, arm: str) -> str | None:
+    base = scenario.config.get("scheduler", {})
+    return scenario.arms[arm].overrides.get("scheduler", base).get("name")
 
 
 def _mean_drop(results: list[dict[str, Any]]) -> float:
