@@ -162,12 +162,12 @@ def test_a_token_policy_needs_a_chat_format():
 def test_action_budget_holds_when_its_cache_fills_midway(tiny_model, monkeypatch):
     """Open action lists (spans of text) overflow the length cache; a list longer than what
     is left of the cache must still be measured whole."""
-    from agentgym_core.rollout import conversation
+    from agentgym_core.rollout import chat
     from agentgym_core.rollout.conversation import TokenDialogue
 
     model, tokenizer = tiny_model
     dialogue = TokenDialogue(None, ChatFormat(tokenizer, model.generation_config))
-    monkeypatch.setattr(conversation, "ACTION_CACHE_SIZE", 3)
+    monkeypatch.setattr(chat, "ACTION_CACHE_SIZE", 3)
     actions = ["go red", "go blue", "go green", "go to the far yellow door", "stop"]
     longest = max(len(dialogue.chat.action_ids(a)) for a in actions)
     assert dialogue.action_budget(1, actions) == longest

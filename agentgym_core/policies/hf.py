@@ -28,7 +28,7 @@ from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.prefix_cache import PrefixCache
 from agentgym_core.policies.sampling import Request, Sampler
-from agentgym_core.rollout.chat import ACTION_CACHE_SIZE, ChatFormat
+from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
 
 
@@ -73,7 +73,6 @@ class HFPolicy:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-gen")
         self._queue: asyncio.Queue[Request] | None = None
         self._server: asyncio.Task | None = None
-        self._action_cache: dict[str, tuple[int, ...]] = {}
         self.cache = PrefixCache(config.max_sessions)
         self.batch_sizes: list[int] = []
         """Size of every batch generated (continuous: of every forward pass)."""
@@ -100,7 +99,7 @@ class HFPolicy:
         constraint = None
         if allowed_actions is not None:
             actions = list(dict.fromkeys(allowed_actions))
-            constraint = ActionConstraint(actions, [self._action_tokens(a) for a in actions])
+            constraint = ActionConstraint(actions, [self.chat.action_tokens(a) for a in actions])
             longest = max(len(seq) for seq in constraint.sequences)
             params = dataclasses.replace(params, max_new_tokens=max(params.max_new_tokens, longest))
         request = Request(list(prompt_ids), params, constraint, loop.create_future(), session)
@@ -141,13 +140,6 @@ class HFPolicy:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- batching ----------------------------------------------------------------
-
-    def _action_tokens(self, action: str) -> tuple[int, ...]:
-        if action not in self._action_cache:
-            if len(self._action_cache) >= ACTION_CACHE_SIZE:
-                self._action_cache.clear()  # open action lists (spans of text) never repeat
-            self._action_cache[action] = tuple(self.chat.action_ids(action))
-        return self._action_cache[action]
 
     def _continuous(self) -> ContinuousDecoder:
         """The continuous-batching worker, started on its own thread at first use."""

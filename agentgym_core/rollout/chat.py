@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 ACTION_CACHE_SIZE = 50_000
-"""Tokenized actions kept per cache: fixed action sets fit; open ones (spans) are dropped."""
+"""Tokenized actions a ChatFormat keeps: fixed action sets fit; open ones (spans) are dropped."""
 PRIMING_REPLY = "Ok."
 """AgentGym opens each conversation with the instruction and this assistant reply."""
 
@@ -93,6 +93,7 @@ class ChatFormat:
                 "set one or use a model that ships it"
             )
         self.tokenizer = tokenizer
+        self._action_tokens: dict[str, tuple[int, ...]] = {}
         self.template_kwargs: dict[str, Any] = dict(getattr(tokenizer, _KWARGS_ATTRIBUTE, {}))
         """Variables passed to the template (`set_chat_template_kwargs`)."""
         self.template: str | None = None
@@ -233,8 +234,22 @@ class ChatFormat:
 
     def action_ids(self, action: str) -> list[int]:
         """Tokens of an action as the model should sample it, ending with the stop token."""
-        text = self.answer_prefix + action
-        return [*self.tokenizer.encode(text, add_special_tokens=False), self.stop_ids[0]]
+        return list(self.action_tokens(action))
+
+    def action_tokens(self, action: str) -> tuple[int, ...]:
+        """`action_ids` as a tuple, cached across turns.
+
+        Constrained decoding asks for the same actions at every turn; an open action
+        list (spans of text) never repeats, so the cache is dropped when it is full.
+        """
+        tokens = self._action_tokens.get(action)
+        if tokens is None:
+            if len(self._action_tokens) >= ACTION_CACHE_SIZE:
+                self._action_tokens.clear()
+            text = self.answer_prefix + action
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            tokens = self._action_tokens[action] = (*ids, self.stop_ids[0])
+        return tokens
 
     def decode_action(self, token_ids: Sequence[int]) -> str:
         """Action text of sampled tokens: without the stop token, and after any reasoning."""

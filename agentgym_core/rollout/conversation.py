@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentgym_core.interfaces import Policy, SamplingParams
-from agentgym_core.rollout.chat import ACTION_CACHE_SIZE, ChatFormat
+from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation, Trajectory
 
 
@@ -105,7 +105,6 @@ class TokenDialogue:
     def __init__(self, policy: Policy, chat: ChatFormat) -> None:
         self.policy = policy
         self.chat = chat
-        self._action_lengths: dict[str, int] = {}
 
     def open(
         self,
@@ -127,15 +126,7 @@ class TokenDialogue:
         """Tokens the next action may take (a constrained action may exceed max_new_tokens)."""
         if not allowed:
             return max_new_tokens
-        lengths = []
-        for action in allowed:
-            length = self._action_lengths.get(action)
-            if length is None:
-                if len(self._action_lengths) >= ACTION_CACHE_SIZE:
-                    self._action_lengths.clear()  # open action lists (spans) never repeat
-                length = self._action_lengths[action] = len(self.chat.action_ids(action))
-            lengths.append(length)
-        return max(max_new_tokens, *lengths)
+        return max(max_new_tokens, *(len(self.chat.action_tokens(a)) for a in allowed))
 
     async def aclose(self) -> None:
         """Nothing to close: the policy outlives the run and its owner closes it."""

@@ -15,14 +15,13 @@ class ActionTurns:
 
     def __init__(self, chat: ChatFormat) -> None:
         self.chat = chat
-        self._tokens: dict[str, tuple[int, ...]] = {}
 
     def constraint(self, allowed_actions: Sequence[str] | None) -> ActionConstraint | None:
         """The trie over the allowed actions' token sequences (None: free decoding)."""
         if allowed_actions is None:
             return None
         actions = list(dict.fromkeys(allowed_actions))
-        return ActionConstraint(actions, [self._action_tokens(a) for a in actions])
+        return ActionConstraint(actions, [self.chat.action_tokens(a) for a in actions])
 
     def generation(
         self,
@@ -60,8 +59,3 @@ class ActionTurns:
             allowed=allowed,
             finished=finished,
         )
-
-    def _action_tokens(self, action: str) -> tuple[int, ...]:
-        if action not in self._tokens:
-            self._tokens[action] = tuple(self.chat.action_ids(action))
-        return self._tokens[action]
