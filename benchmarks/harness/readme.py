@@ -61,14 +61,11 @@ first arm / second arm, averaged over seeds.
 
 def scenario_section(
     scenario: Scenario,
-    data: Path,
+    results: list[dict[str, Any]],
     out: Path,
-    *,
-    smoke: bool,
     shared: set[tuple[str, str, int]] = frozenset(),  # type: ignore[assignment]
 ) -> str:
     """The Markdown of one scenario (and its PNG, when it has results)."""
-    results = load_results(data, scenario.name) if not smoke else _smoke_results(data, scenario)
     seeds = " ".join(str(s) for s in scenario.seeds)
     lines = [
         f"## {scenario.title}",
@@ -118,17 +115,16 @@ def write_report(scenarios: list[Scenario], data: Path, out: Path, *, smoke: boo
     """Write README.md (and PNGs) for `scenarios`, keeping other scenarios' kept results too."""
     out.mkdir(parents=True, exist_ok=True)
     sections = [PREAMBLE.format(smooth=SMOOTH)]
-    kept = [] if smoke else [r for p in sorted(data.glob("*/")) for r in load_results(data, p.name)]
-    shared = overlapping(kept)
-    compared = [
-        (s, _smoke_results(data, s) if smoke else load_results(data, s.name))
-        for s in scenarios
-        if s.compare
-    ]
-    summary = summary_table(compared)
+    if smoke:
+        results = {s.name: _smoke_results(data, s) for s in scenarios}
+        shared: set[tuple[str, str, int]] = set()
+    else:  # every kept result, loaded once: overlaps are found across all scenarios
+        results = {p.name: load_results(data, p.name) for p in sorted(data.glob("*/"))}
+        shared = overlapping(r for kept in results.values() for r in kept)
+    summary = summary_table([(s, results.get(s.name, [])) for s in scenarios if s.compare])
     if summary:
         sections += [SUMMARY.format(smooth=SMOOTH), summary, ""]
-    sections += [scenario_section(s, data, out, smoke=smoke, shared=shared) for s in scenarios]
+    sections += [scenario_section(s, results.get(s.name, []), out, shared) for s in scenarios]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path

@@ -117,29 +117,52 @@ def paired_table(scenario: Scenario, results: list[dict[str, Any]]) -> str:
 
     An interval that holds 0 says "no difference shown"; one seed says nothing.
     """
-    by_seed = {(r["arm"], r["seed"]): r for r in results}
+    by_seed = _by_seed(results)
     header = ["difference (same seed, same start)", *scenario.evals, "seeds"]
     rows = [header, ["---"] * len(header)]
     for first, others in scenario.compare.items():
         for other in others:
-            seeds = sorted(s for a, s in by_seed if a == first and (other, s) in by_seed)
+            seeds = _shared_seeds(by_seed, first, other)
             if not seeds:
                 continue
-            labels = f"{scenario.arms[first].label} - {scenario.arms[other].label}"
-            row = [labels]
-            for split in scenario.evals:
-                pairs = [
-                    (
-                        _metric(by_seed[first, s], split, scenario.metric),
-                        _metric(by_seed[other, s], split, scenario.metric),
-                    )
-                    for s in seeds
-                ]
-                kept = [a - b for a, b in pairs if a is not None and b is not None]
-                row.append(_difference(kept))
-            row.append(", ".join(map(str, seeds)))
-            rows.append(row)
+            differences = _paired(scenario, by_seed, first, other, seeds)
+            row = [_pair_label(scenario, first, other)]
+            row += [_difference(differences[split]) for split in scenario.evals]
+            rows.append([*row, ", ".join(map(str, seeds))])
     return _markdown(rows) if len(rows) > 2 else ""
+
+
+def _by_seed(results: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(r["arm"], r["seed"]): r for r in results}
+
+
+def _shared_seeds(by_seed: dict[tuple[str, int], Any], first: str, other: str) -> list[int]:
+    return sorted(s for a, s in by_seed if a == first and (other, s) in by_seed)
+
+
+def _paired(
+    scenario: Scenario,
+    by_seed: dict[tuple[str, int], dict[str, Any]],
+    first: str,
+    other: str,
+    seeds: list[int],
+) -> dict[str, list[float]]:
+    """Per evaluation split: `first` minus `other` seed by seed (a missing value is left out)."""
+    differences = {}
+    for split in scenario.evals:
+        pairs = [
+            (
+                _metric(by_seed[first, s], split, scenario.metric),
+                _metric(by_seed[other, s], split, scenario.metric),
+            )
+            for s in seeds
+        ]
+        differences[split] = [a - b for a, b in pairs if a is not None and b is not None]
+    return differences
+
+
+def _pair_label(scenario: Scenario, first: str, other: str) -> str:
+    return f"{scenario.arms[first].label} - {scenario.arms[other].label}"
 
 
 def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) -> str:
@@ -153,33 +176,24 @@ def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) ->
     header += [f"largest drop (MA{SMOOTH}), mean", "seeds"]
     rows = [header, ["---"] * len(header)]
     for scenario, results in scenarios:
-        by_seed = {(r["arm"], r["seed"]): r for r in results}
+        by_seed = _by_seed(results)
         for first, others in scenario.compare.items():
             if _scheduler(scenario, first) != "scaling_inter":
                 continue  # other comparisons (SFT -> RL against SFT) stay in their section
             for other in others:
-                seeds = sorted(s for a, s in by_seed if a == first and (other, s) in by_seed)
+                seeds = _shared_seeds(by_seed, first, other)
                 if not seeds:
                     continue
+                paired = _paired(scenario, by_seed, first, other, seeds)
+                differences = "; ".join(f"{split}: {_difference(d)}" for split, d in paired.items())
                 a = [by_seed[first, s] for s in seeds]
                 b = [by_seed[other, s] for s in seeds]
-                differences = []
-                for split in scenario.evals:
-                    pairs = zip(
-                        (_metric(r, split, scenario.metric) for r in a),
-                        (_metric(r, split, scenario.metric) for r in b),
-                        strict=True,
-                    )
-                    kept = [x - y for x, y in pairs if x is not None and y is not None]
-                    differences.append(f"{split}: {_difference(kept)}")
                 steps = sum(r["cost"]["env_steps"] for r in b)
                 ratio = sum(r["cost"]["env_steps"] for r in a) / steps if steps else math.nan
-                labels = f"{scenario.arms[first].label} - {scenario.arms[other].label}"
-                drops = f"{_mean_drop(a):.2f} / {_mean_drop(b):.2f}"
-                rows.append(
-                    [scenario.name, labels, "; ".join(differences), f"{ratio:.2f}x", drops]
-                    + [", ".join(map(str, seeds))]
-                )
+                drops = f"{_mean(_drops(a)):.2f} / {_mean(_drops(b)):.2f}"
+                label = _pair_label(scenario, first, other)
+                row = [scenario.name, label, differences, f"{ratio:.2f}x", drops]
+                rows.append([*row, ", ".join(map(str, seeds))])
     return _markdown(rows) if len(rows) > 2 else ""
 
 
@@ -188,9 +202,13 @@ def _scheduler(scenario: Scenario, arm: str) -> str | None:
     return scenario.arms[arm].overrides.get("scheduler", base).get("name")
 
 
-def _mean_drop(results: list[dict[str, Any]]) -> float:
-    drops = [largest_drop(moving_average(c)) for r in results if (c := _rl_curve(r, "success"))]
-    return sum(drops) / len(drops) if drops else math.nan
+def _drops(results: list[dict[str, Any]]) -> list[float]:
+    """Per run with RL updates: the largest drop of its smoothed training success."""
+    return [largest_drop(moving_average(c)) for r in results if (c := _rl_curve(r, "success"))]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
 
 
 def _difference(values: list[float]) -> str:
@@ -255,9 +273,7 @@ def main_table(
         env_steps = _integer_spread(r["cost"]["env_steps"] for r in trained)
         row.append("not counted" if any(map(_expert_steps_uncounted, trained)) else env_steps)
         row.append(_integer_spread(r["cost"]["sampled_tokens"] for r in trained))
-        curves = [_rl_curve(r, "success") for r in trained]
-        drops = [largest_drop(moving_average(c)) for c in curves if c]
-        row.append(" / ".join(f"{d:.2f}" for d in drops) or "-")
+        row.append(" / ".join(f"{d:.2f}" for d in _drops(trained)) or "-")
         rows.append(row)
     table = _markdown(rows)
     if any(_key(r) in shared and r["curve"] for r in results):
