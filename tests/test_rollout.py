@@ -279,7 +279,10 @@ def test_policy_failure_stops_the_rollout_instead_of_blaming_the_env(tiny_model)
 
 
 def test_one_failing_generation_stops_the_rollout_while_others_wait_on_the_policy(tiny_model):
-    """The failure must come out, not hang in the cleanup of the episodes left waiting."""
+    """The failure comes out as the run's error while other episodes wait on the real policy.
+
+    (The hang this once caused, a cancelled episode playing on, is reproduced exactly by
+    `test_a_cancelled_call_stays_cancelled_though_it_returned_a_moment_before`.)"""
     import concurrent.futures
 
     from agentgym_core.rollout.engine import PolicyError

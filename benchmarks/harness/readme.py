@@ -55,7 +55,8 @@ horizon less stable? One row per compared pair of arms, from the scenario sectio
 the paired difference of each evaluation (mean ± 95% half-width over seeds; an interval that
 holds 0 says "no difference shown"), the first arm's training env steps over the second's,
 and each arm's largest drop of training success (moving average over {smooth} updates),
-first arm / second arm, averaged over seeds.
+first arm / second arm, averaged over seeds. `python benchmarks/results.py --report` writes it
+from the kept results; the command that made a row's runs is in its scenario's section.
 """
 
 

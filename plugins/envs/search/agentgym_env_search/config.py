@@ -66,7 +66,7 @@ class SearchConfig(BaseModel):
         description="`free`: actions are free text, never enumerated. `spans`: decoding is "
         "constrained to an enumerated list: search[...] and answer[...] of every span of up to "
         "`max_span_words` words of what the agent has read (question and observations), and "
-        "with `python`, python[print(a - b)] for every ordered pair of numbers read. A tiny "
+        "with `python`, python[print(a - b)] for every pair of numbers read, larger first. A tiny "
         "model can learn to point at a span where it cannot spell an unseen name.",
     )
     max_span_words: int = Field(

@@ -6,8 +6,9 @@ answer with a gold answer, normalized as SQuAD does; token F1 goes in `info`.
 The action space is open text, so `valid_actions()` is None and decoding is
 not constrained, unless `action_space: spans` lists actions built from what the
 agent has read (`agentgym_env_search.spans`). With `python: true` the agent also
-has `python[code]`: the code runs in the core's sandbox (`agentgym_core.api.PythonSandbox`) and what
-it prints comes back, for arithmetic over the facts it found.
+has `python[code]`: the code runs in the core's sandbox
+(`agentgym_core.api.PythonSandbox`) and what it prints comes back, for
+arithmetic over the facts it found.
 """
 
 from __future__ import annotations
