@@ -23,6 +23,7 @@ from benchmarks.harness.report import (  # noqa: E402
     overlapping,
     paired_table,
     plot,
+    reruns_line,
     spread,
     summary_table,
 )
@@ -31,8 +32,10 @@ from benchmarks.harness.runner import (  # noqa: E402
     build_model,
     cost,
     eval_record,
+    final_checkpoint,
     group_success,
     pipeline_config,
+    reproduction,
     run_arm,
     run_pipeline_once,
     whole_curve,
@@ -366,12 +369,69 @@ def test_kept_result_is_skipped_not_rerun(scenario, tmp_path):
     paths = Paths(tmp_path / "data", tmp_path / "work")
     kept = paths.result("toy", "short", 0)
     kept.parent.mkdir(parents=True)
-    kept.write_text(json.dumps({"arm": "short", "kept": True}))
+    record = {"arm": "short", "evals": {"test": {"success_rate": 0.5}}}
+    kept.write_text(json.dumps(record))
     # the toy env is not installed: anything but the kept result would fail here
-    assert run_arm(scenario, scenario.arms["short"], 0, paths, host=None) == {
-        "arm": "short",
-        "kept": True,
+    assert run_arm(scenario, scenario.arms["short"], 0, paths, host=None) == record
+
+
+def test_a_rerun_says_whether_it_repeated_the_kept_run():
+    kept = _result("short", 0, 0.5, {}, curve=[0.1, 0.2])
+    same = json.loads(json.dumps(kept))
+    assert reproduction(kept, same, "success_rate") == {
+        "started": None,
+        "commit": None,
+        "curve_equal": True,
+        "evals_equal": True,
+        "evals": {"test": {"kept": 0.5, "rerun": 0.5}},
     }
+    other = _result("short", 0, 0.5, {}, curve=[0.1, 0.3])
+    assert not reproduction(kept, other, "success_rate")["curve_equal"]
+    other = _result("short", 0, 0.25, {}, curve=[0.1, 0.2])
+    assert reproduction(kept, other, "success_rate")["evals"]["test"] == {
+        "kept": 0.5,
+        "rerun": 0.25,
+    }
+    assert not reproduction(kept, other, "success_rate")["evals_equal"]
+    results = [dict(kept, rerun_of={"curve_equal": True, "evals_equal": True})]
+    results.append(dict(kept, seed=1, rerun_of={"curve_equal": True, "evals_equal": False}))
+    line = reruns_line(results)
+    assert "2 runs; 1 repeated" in line and line.endswith(
+        "show the new run's numbers: short seed 1."
+    )
+    assert reruns_line([kept]) == ""
+
+
+def test_a_kept_run_gets_added_evaluations_from_its_checkpoint_or_by_training_again(tmp_path):
+    """BabyAI smoke runs (real model and env): an evaluation added to the scenario after a
+    run was kept is run on the run's final checkpoint, and gives what the same evaluation
+    gave inside the run; without the checkpoint the run is trained again and repeats its
+    kept curve and evaluations exactly."""
+    from dataclasses import replace
+
+    from agentgym_core.plugins import PluginHost
+
+    shipped, host = load_scenario("babyai"), PluginHost()
+    both = {name: shipped.evals[name] for name in ("test", "heldout")}
+    babyai = replace(shipped, evals=both)
+    paths, arm = Paths(tmp_path / "data", tmp_path / "work"), babyai.arms["fixed-short"]
+    first = run_arm(replace(babyai, evals={"test": both["test"]}), arm, 0, paths, host, smoke=True)
+    assert set(first["evals"]) == {"test"}
+    added = run_arm(babyai, arm, 0, paths, host, smoke=True)
+    assert added["curve"] == first["curve"] and added["evals"]["test"] == first["evals"]["test"]
+    assert added["added_evals"]["heldout"]["model"] == "final checkpoint"
+    assert missing_runs(replace(babyai, seeds=[0]), [first]) == [
+        f"{name} seed 0" + (" (no heldout)" if name == "fixed-short" else "")
+        for name in babyai.arms
+    ]
+
+    shutil.rmtree(final_checkpoint(paths, "babyai", arm.name, 0))  # the checkpoint is gone
+    again = {**both, "heldout-again": both["heldout"]}
+    rerun = run_arm(replace(babyai, evals=again), arm, 0, paths, host, smoke=True)
+    assert rerun["rerun_of"]["curve_equal"] and rerun["rerun_of"]["evals_equal"]
+    assert rerun["evals"]["heldout"] == added["evals"]["heldout"]  # checkpoint eval = in-run eval
+    assert set(rerun["evals"]) == {"test", "heldout", "heldout-again"}
+    assert json.loads(paths.result("babyai", arm.name, 0).read_text()) == rerun
 
 
 def test_smoke_runs_never_write_where_the_kept_results_are():
@@ -401,7 +461,7 @@ def test_smoke_mode_runs_every_arm_and_writes_the_report(tmp_path):
     assert [len(results[f"{arm}-seed0"]["curve"]) for arm in rl] == [2] * 5
     assert results["fixed-long-seed0"]["curve"][0]["horizon"] == 12.0
     assert results["fixed-short-seed0"]["curve"][0]["horizon"] == 4.0
-    assert set(results["untrained-seed0"]["evals"]) == {"test", "heldout"}
+    assert set(results["untrained-seed0"]["evals"]) == {"test", "heldout", "heldout-1200"}
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "| ScalingInter 4-8-12 |" in readme and (tmp_path / "out" / "babyai.png").exists()
     rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)

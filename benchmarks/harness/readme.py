@@ -19,6 +19,7 @@ from benchmarks.harness.report import (
     overlapping,
     paired_table,
     plot,
+    reruns_line,
     summary_table,
 )
 from benchmarks.harness.spec import Scenario
@@ -92,6 +93,8 @@ def scenario_section(
     missing = missing_runs(scenario, results)
     if missing:
         lines += [f"Not run yet ({len(missing)}): " + ", ".join(missing) + ".", ""]
+    if reruns := reruns_line(results):
+        lines += [reruns, ""]
     notes = out / "notes" / f"{scenario.name}.md"
     if notes.exists():
         lines += [notes.read_text().strip(), ""]

@@ -321,14 +321,38 @@ def group_table(scenario: Scenario, results: list[dict[str, Any]], split: str) -
 
 
 def missing_runs(scenario: Scenario, results: list[dict[str, Any]]) -> list[str]:
-    """`arm seed N` for every run the scenario asks for and no result holds."""
-    done = {(r["arm"], r["seed"]) for r in results}
-    return [
-        f"{name} seed {seed}"
-        for name in scenario.arms
-        for seed in scenario.seeds
-        if (name, seed) not in done
+    """`arm seed N` for every run the scenario asks for and no result holds, and
+    `arm seed N (no <eval>)` for a kept run that lacks some of its evaluations."""
+    done = _by_seed(results)
+    missing = []
+    for name in scenario.arms:
+        for seed in scenario.seeds:
+            if (name, seed) not in done:
+                missing.append(f"{name} seed {seed}")
+            elif lacking := [e for e in scenario.evals if e not in done[name, seed]["evals"]]:
+                missing.append(f"{name} seed {seed} (no {', '.join(lacking)})")
+    return missing
+
+
+def reruns_line(results: list[dict[str, Any]]) -> str:
+    """Which kept runs were trained again (to add an evaluation), and whether they repeated
+    the earlier run's curve and evaluations; empty when none was."""
+    reruns = sorted((r for r in results if "rerun_of" in r), key=lambda r: (r["arm"], r["seed"]))
+    if not reruns:
+        return ""
+    differ = [
+        f"{r['arm']} seed {r['seed']}"
+        for r in reruns
+        if not (r["rerun_of"]["curve_equal"] and r["rerun_of"]["evals_equal"])
     ]
+    line = (
+        f"Trained again to add an evaluation (the earlier checkpoints were not kept): "
+        f"{len(reruns)} runs; {len(reruns) - len(differ)} repeated their earlier training "
+        "curve and evaluations exactly"
+    )
+    if differ:
+        line += "; these did not, and show the new run's numbers: " + ", ".join(differ)
+    return line + "."
 
 
 def _markdown(rows: list[list[str]]) -> str:

@@ -6,6 +6,10 @@ several sessions) resumes where it stopped. Models, checkpoints and MLflow
 stores go under `<work>/` and may be deleted; the JSON keeps what the tables
 and curves need: the training curve per update, every evaluation per level,
 and the cost (training wall time, env steps, sampled tokens).
+
+An evaluation added to a scenario after a run was kept is run on that run's
+final checkpoint; when `<work>/` no longer has it, the run is trained again
+(seeded, so it should give the kept curve) and its JSON says whether it did.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ from typing import Any
 import yaml
 
 from agentgym_core import hookimpl
+from agentgym_core.tracking.mlflow_tracker import ARTIFACTS_DIR, STORE_FILE
 from benchmarks.harness.spec import Arm, Scenario
 
 CURVE_KEYS = {
@@ -132,16 +138,27 @@ def build_model(scenario: Scenario, seed: int, out: Path, host: Any, *, smoke: b
 
 
 def pipeline_config(
-    scenario: Scenario, arm: Arm, seed: int, model: Path, run_dir: Path, *, smoke: bool
+    scenario: Scenario,
+    arm: Arm,
+    seed: int,
+    model: Path,
+    run_dir: Path,
+    *,
+    smoke: bool,
+    evals: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The full agentgym config of a run: the arm's config, paths, seed and stages."""
+    """The full agentgym config of a run: the arm's config, paths, seed and stages.
+
+    `evals`: the scenario's evaluations to run (default: all of them).
+    """
     config = scenario.arm_config(arm, smoke=smoke)
     config.setdefault("run", {}).update(
         name=f"{scenario.name}-{arm.name}-seed{seed}", seed=seed, output_dir=str(run_dir)
     )
     config["model"] = {**config.get("model", {}), "path": str(model)}
     stages = [{"name": "train", "type": arm.stage}] if arm.train else []
-    for name, spec in scenario.evals.items():
+    for name in scenario.evals if evals is None else evals:
+        spec = scenario.evals[name]
         if smoke:  # a few tasks, one sample: the smoke run checks the path, not the numbers
             spec = {**spec, "num_tasks": 4, "k": 1}
         stages.append({"name": f"eval-{name}", "type": "eval", "eval": spec})
@@ -242,10 +259,20 @@ def start_model(
     )
     if arm.start == "scratch":
         return base
-    marker = paths.run_dir(scenario.name, "sft", seed) / "final_checkpoint.txt"
-    if not marker.exists():  # kept results do not keep checkpoints: train the sft arm again
-        run_arm(scenario, scenario.arms["sft"], seed, paths, host, smoke=smoke, force=True)
-    return Path(marker.read_text().strip())
+    checkpoint = final_checkpoint(paths, scenario.name, "sft", seed)
+    if checkpoint is None:  # kept results do not keep checkpoints: train the sft arm again
+        retrain(scenario, scenario.arms["sft"], seed, paths, host, smoke=smoke)
+        checkpoint = final_checkpoint(paths, scenario.name, "sft", seed)
+    return checkpoint
+
+
+def final_checkpoint(paths: Paths, scenario: str, arm: str, seed: int) -> Path | None:
+    """The model a kept run ended with, if the work folder still has it."""
+    marker = paths.run_dir(scenario, arm, seed) / "final_checkpoint.txt"
+    if not marker.exists():
+        return None
+    checkpoint = Path(marker.read_text().strip())
+    return checkpoint if checkpoint.exists() else None
 
 
 def run_arm(
@@ -261,7 +288,11 @@ def run_arm(
     """Run one arm for one seed, unless its result is kept already; returns the result."""
     result_path = paths.result(scenario.name, arm.name, seed)
     if result_path.exists() and not force:
-        return json.loads(result_path.read_text())
+        kept = json.loads(result_path.read_text())
+        missing = [name for name in scenario.evals if name not in kept["evals"]]
+        if missing:
+            return add_evals(scenario, arm, seed, paths, host, kept, missing, smoke=smoke)
+        return kept
     started = datetime.now(UTC).isoformat(timespec="seconds")
     conditions = machine()
     model = start_model(scenario, arm, seed, paths, host, smoke=smoke)
@@ -295,3 +326,110 @@ def run_arm(
     result_path.parent.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=1))
     return result
+
+
+def add_evals(
+    scenario: Scenario,
+    arm: Arm,
+    seed: int,
+    paths: Paths,
+    host: Any,
+    kept: dict[str, Any],
+    missing: list[str],
+    *,
+    smoke: bool,
+) -> dict[str, Any]:
+    """Run the evaluations `missing` from a kept result on the model that run ended with.
+
+    Without its checkpoint (or for an arm that does not train, whose start model is
+    rebuilt), the run is trained and evaluated again instead: see `retrain`.
+    """
+    checkpoint = final_checkpoint(paths, scenario.name, arm.name, seed) if arm.train else None
+    if checkpoint is None:
+        return retrain(scenario, arm, seed, paths, host, smoke=smoke)
+    run_dir = paths.run_dir(scenario.name, arm.name, seed) / "added-evals"
+    evaluate_only = replace(arm, train=False)
+    config = pipeline_config(
+        scenario, evaluate_only, seed, checkpoint, run_dir, smoke=smoke, evals=missing
+    )
+    started = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine()}
+    wall = time.perf_counter()
+    stages, _, _ = run_pipeline_once(config, run_dir, host)
+    kept["evals"].update({s.name.removeprefix("eval-"): eval_record(s.metrics) for s in stages})
+    seconds = round(time.perf_counter() - wall, 1)
+    for name, stage in zip(missing, config["stages"], strict=True):
+        kept.setdefault("added_evals", {})[name] = {
+            **started,
+            "wall_seconds": seconds,
+            "model": "final checkpoint",
+            "eval": stage["eval"],
+        }
+    paths.result(scenario.name, arm.name, seed).write_text(json.dumps(kept, indent=1))
+    return kept
+
+
+REPRODUCED = ("success", "reward", "turns", "episodes", "tokens")
+"""What a retrained run's curve must repeat, update by update, to be the kept run again."""
+
+
+def retrain(
+    scenario: Scenario, arm: Arm, seed: int, paths: Paths, host: Any, *, smoke: bool
+) -> dict[str, Any]:
+    """Train and evaluate a run again from scratch; with a kept result, say if it reproduced.
+
+    `rerun_of` keeps the earlier run's start, commit and evaluations, and whether the
+    new curve and evaluations equal them. Runs are seeded, so they should; when they
+    do not, the new numbers stand (the model evaluated is this one) and a warning says so.
+    """
+    path = paths.result(scenario.name, arm.name, seed)
+    kept = json.loads(path.read_text()) if path.exists() else None
+    clear_run_dir(paths.run_dir(scenario.name, arm.name, seed))
+    result = run_arm(scenario, arm, seed, paths, host, smoke=smoke, force=True)
+    if kept is None:
+        return result
+    result["rerun_of"] = reproduction(kept, result, scenario.metric)
+    path.write_text(json.dumps(result, indent=1))
+    if not (result["rerun_of"]["curve_equal"] and result["rerun_of"]["evals_equal"]):
+        print(
+            f"WARNING: {scenario.name} {arm.name} seed {seed} trained again does not repeat "
+            f"its kept run (curve equal: {result['rerun_of']['curve_equal']}, evaluations: "
+            f"{result['rerun_of']['evals']}); the new numbers replace the kept ones",
+            flush=True,
+        )
+    return result
+
+
+MLFLOW_STORE = (STORE_FILE, ARTIFACTS_DIR)
+"""Kept when a run folder is cleared: MLflow keeps an open engine per SQLite file in a process."""
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Remove what would make a run resume (checkpoints, curve log); keep its MLflow store."""
+    if not run_dir.exists():
+        return
+    for entry in run_dir.iterdir():
+        if entry.name in MLFLOW_STORE:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def reproduction(kept: dict[str, Any], rerun: dict[str, Any], metric: str) -> dict[str, Any]:
+    """How a rerun compares with the kept run it replaces (see `retrain`)."""
+
+    def trace(result: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{key: point.get(key) for key in REPRODUCED} for point in result["curve"]]
+
+    evals = {
+        name: {"kept": record.get(metric), "rerun": rerun["evals"].get(name, {}).get(metric)}
+        for name, record in kept["evals"].items()
+    }
+    return {
+        "started": kept.get("started"),
+        "commit": kept.get("machine", {}).get("commit"),
+        "curve_equal": trace(kept) == trace(rerun),
+        "evals_equal": all(e["kept"] == e["rerun"] for e in evals.values()),
+        "evals": evals,
+    }
