@@ -7,7 +7,10 @@
     python benchmarks/results.py --scenario babyai --smoke         # 2 updates per arm, one seed
 
 Each finished (scenario, arm, seed) is kept as JSON in `benchmarks/results/data/`
-and skipped when run again, so a sweep resumes where it stopped. After the runs,
+and skipped when run again, so a sweep resumes where it stopped. An evaluation
+added to a scenario's YAML later is run on each kept run's final checkpoint
+(under `runs/results/`), or, where that is gone, the run is trained again and
+its JSON says whether it repeated the kept curve and scores. After the runs,
 `benchmarks/results/README.md` and `benchmarks/results/<scenario>.png` are
 written from every kept result. The scenarios are the YAML files in
 `benchmarks/results/configs/`. Plots need matplotlib: `pip install -e '.[bench]'`.

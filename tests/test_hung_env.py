@@ -275,3 +275,43 @@ def test_a_cancelled_call_stays_cancelled_though_it_returned_a_moment_before():
     outcomes = asyncio.run(every_moment())
     assert "played on" not in outcomes
     assert outcomes.count("cancelled") >= 2  # the moments between return and wake-up
+
+
+def test_a_cancelled_server_env_call_stays_cancelled_though_it_returned_a_moment_before():
+    """The env servers' calls (`SessionStore.call`) had the same wait_for: a request or a
+    shutdown cancelled as its env call returned would carry on."""
+    import asyncio
+
+    from agentgym_core.serve.sessions import SessionStore
+
+    async def cancel_after_return(store: SessionStore, loop_turns: int) -> str:
+        returned = threading.Event()
+
+        def call() -> str:
+            returned.set()
+            return "value"
+
+        task = asyncio.ensure_future(store.call(call))
+        while not returned.is_set():
+            await asyncio.sleep(0)
+        for _ in range(loop_turns):
+            await asyncio.sleep(0)
+        if task.done():
+            return "finished first"
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "played on"
+
+    async def every_moment() -> list[str]:
+        store = SessionStore(lambda: None, threads=2, env_timeout_s=5.0)
+        try:
+            return [await cancel_after_return(store, turns) for turns in range(6)]
+        finally:
+            store.executor.shutdown()
+
+    outcomes = asyncio.run(every_moment())
+    assert "played on" not in outcomes
+    assert outcomes.count("cancelled") >= 2

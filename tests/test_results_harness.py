@@ -330,6 +330,25 @@ def test_unknown_scenario_and_arm_keys_are_named(tmp_path):
         load_scenario("short", tmp_path)
 
 
+def test_each_evaluation_stage_gets_its_own_settings_not_the_last_ones(scenario, tmp_path):
+    """The root `eval` block is the last evaluation's, and stages merge over it: a key only
+    the last evaluation sets must not reach the others."""
+    evals = {"test": {"split": "test", "k": 4}, "free": {"split": "test", "constrained": False}}
+    scenario.evals = evals
+    config = pipeline_config(
+        scenario, scenario.arms["short"], 0, tmp_path / "m", tmp_path / "run", smoke=False
+    )
+    test, free = (stage["eval"] for stage in config["stages"][1:])
+    assert (test["constrained"], test["k"]) == (None, 4)
+    assert (free["constrained"], free["k"]) == (False, 1)
+
+
+def test_a_bad_evaluation_is_named_with_its_key(tmp_path):
+    (tmp_path / "bad.yaml").write_text(SCENARIO.replace("max_turns: 4}", "max_turns: 4, kk: 2}"))
+    with pytest.raises(SystemExit, match=r"evals\.test: kk: Extra inputs"):
+        load_scenario("bad", tmp_path)
+
+
 def test_shipped_scenarios_load():
     """Every scenario in benchmarks/results/configs passes the loader's checks."""
     for name in scenario_names():

@@ -557,3 +557,26 @@ def test_turns_record_the_allowed_actions_and_the_chosen_ones_logprob(tiny_model
     free = engine.run(_episodes(1, 1), RolloutSettings(max_turns=1, constrained=False))
     assert free[0].turns[0].allowed is None and free[0].turns[0].logprob is not None
     engine.close()
+
+
+def test_an_evaluation_can_lift_the_constraint_so_the_env_gets_what_the_model_writes(tiny_model):
+    """`eval.constrained: false` on a constrained rollout: the untrained model's free text is
+    mostly not a valid action, and the env is given it as written."""
+    from agentgym_core.run.evaluate import EvalSettings, run_evaluation
+
+    engine, env = _engine(tiny_model), ColourEnv()
+    tasks = list(range(6))
+    rollout = RolloutSettings(max_turns=2, constrained=True)
+
+    def actions(constrained):
+        settings = EvalSettings(k=2, max_turns=2, seed=4, constrained=constrained)
+        _, trajectories = run_evaluation(engine, tasks, settings, rollout)
+        played = []
+        for traj in trajectories:
+            env.reset(traj.task_id)
+            played += [(turn.action, turn.action in env.valid_actions()) for turn in traj.turns]
+        return played
+
+    assert all(valid for _, valid in actions(None))  # the rollout's setting: constrained
+    free = actions(False)
+    assert sum(not valid for _, valid in free) > len(free) // 2

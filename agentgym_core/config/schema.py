@@ -296,6 +296,11 @@ class EvalConfig(_Block):
     )
     greedy: bool = Field(False, description="Greedy decoding instead of sampling.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature when not greedy.")
+    constrained: bool | None = Field(
+        None,
+        description="Restrict decoding to the env's valid actions; null: as rollout.constrained. "
+        "false: the env gets exactly what the model writes, as a prompted LLM is measured.",
+    )
 
 
 class TrackingConfig(_Block):

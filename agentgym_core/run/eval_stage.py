@@ -45,6 +45,7 @@ def eval_settings(
         seed=root.run.seed,
         env_error_retries=block.env_error_retries,
         env_recovery_s=root.rollout.env_recovery_s,
+        constrained=block.constrained,
     )
 
 

@@ -34,6 +34,7 @@ class EvalSettings:
     seed: int = 0
     env_error_retries: int = 3
     env_recovery_s: float = 300.0
+    constrained: bool | None = None  # None: as the rollout settings say
 
 
 def evaluation_tasks(env_factory: Any, split: str, num_tasks: int | None) -> list[int]:
@@ -68,7 +69,7 @@ def run_evaluation(
         max_new_tokens=rollout.max_new_tokens,
         temperature=settings.temperature,
         greedy=settings.greedy,
-        constrained=rollout.constrained,
+        constrained=rollout.constrained if settings.constrained is None else settings.constrained,
         env_timeout_s=rollout.env_timeout_s,
         concurrency=rollout.concurrency,
         seed=settings.seed + 7_919,

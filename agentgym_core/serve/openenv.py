@@ -203,7 +203,8 @@ def _ws_route(app: FastAPI, server: OpenEnvServer) -> None:
         if server.sessions >= store.max_sessions:
             # answered as the reply to the client's first message, which it then reads
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(websocket.receive_text(), REFUSAL_WAIT_S)
+                async with asyncio.timeout(REFUSAL_WAIT_S):  # not wait_for: see SessionStore.call
+                    await websocket.receive_text()
             await _send_error(
                 websocket,
                 OpenEnvError(
@@ -261,7 +262,9 @@ async def _serve_session(websocket: WebSocket, server: OpenEnvServer, session: S
     episode = Episode()
     while True:
         try:
-            raw = await asyncio.wait_for(_receive(websocket), server.idle_timeout_s)
+            # not wait_for: see SessionStore.call
+            async with asyncio.timeout(server.idle_timeout_s):
+                raw = await _receive(websocket)
         except TimeoutError:
             await _send_error(
                 websocket,

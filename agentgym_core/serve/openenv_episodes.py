@@ -105,7 +105,8 @@ class OpenEnvServer:
         """Close the probe env (shutdown); one stuck in a call is left behind."""
         if self._probe is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.store.call(self._probe.close), 1.0)
+                async with asyncio.timeout(1.0):  # not wait_for: see SessionStore.call
+                    await self.store.call(self._probe.close)
 
     async def task_ids(self, env: Environment, split: str) -> list[int]:
         """The task ids of `split` (asked of the env once, then remembered)."""

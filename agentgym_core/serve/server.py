@@ -83,7 +83,8 @@ class EnvServer:
         """Close every session and the probe, leaving behind (and naming) envs stuck in a call."""
         if self._probe is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.store.call(self._probe.close), 1.0)
+                async with asyncio.timeout(1.0):  # not wait_for: see SessionStore.call
+                    await self.store.call(self._probe.close)
         await self.store.close_all()
         if self.store.running:
             print(

@@ -107,7 +107,11 @@ class SessionStore:
             self._running += 1
         job.add_done_callback(self._returned)  # when its thread returns, not when we stop waiting
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(job), self.env_timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+            # arrives as the call returns (see rollout/threads.py), and a request or a shutdown
+            # that was cancelled would carry on
+            async with asyncio.timeout(self.env_timeout_s):
+                return await asyncio.wrap_future(job)
         except TimeoutError as error:
             name = getattr(fn, "__qualname__", repr(fn))
             raise EnvCallTimeout(f"{name} took longer than {self.env_timeout_s} s") from error

@@ -161,10 +161,21 @@ def pipeline_config(
         spec = scenario.evals[name]
         if smoke:  # a few tasks, one sample: the smoke run checks the path, not the numbers
             spec = {**spec, "num_tasks": 4, "k": 1}
-        stages.append({"name": f"eval-{name}", "type": "eval", "eval": spec})
+        stages.append({"name": f"eval-{name}", "type": "eval", "eval": whole_eval(spec)})
     config["stages"] = stages
     config["eval"] = {**config.get("eval", {}), **stages[-1]["eval"]}  # the root must validate too
     return config
+
+
+def whole_eval(spec: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation's block with every key written out (defaults included).
+
+    A stage's block is merged over the root's, which is the last evaluation's: a key
+    that only the last one sets (say `constrained: false`) would reach every other.
+    """
+    from agentgym_core.config.schema import EvalConfig
+
+    return EvalConfig.model_validate(spec).model_dump()
 
 
 def run_pipeline_once(config: dict[str, Any], run_dir: Path, host: Any) -> tuple[list, list, float]:

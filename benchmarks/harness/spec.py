@@ -96,6 +96,7 @@ def load_scenario(name: str, directory: Path = CONFIGS) -> Scenario:
         if spec:
             raise SystemExit(f"{path}: arms.{arm_name}: unknown keys {sorted(spec)}")
     check_paper(data.get("paper", {}), path)
+    check_evals(data.get("evals", {}), path)
     for first, others in data.get("compare", {}).items():
         unknown = sorted({first, *others} - set(arms))
         if unknown:
@@ -117,6 +118,22 @@ def check_paper(paper: dict[str, Any], path: Path) -> None:
             raise SystemExit(f"{where}: keys must be name and values, got {sorted(map(str, row))}")
         if len(row["values"]) != columns:
             raise SystemExit(f"{where}: {len(row['values'])} values for {columns} columns")
+
+
+def check_evals(evals: dict[str, Any], path: Path) -> None:
+    """Each evaluation is a valid `eval` block (split, k, max_turns, constrained, ...)."""
+    from pydantic import ValidationError
+
+    from agentgym_core.config.schema import EvalConfig
+
+    for name, spec in evals.items():
+        try:
+            EvalConfig.model_validate(spec)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
+            )
+            raise SystemExit(f"{path}: evals.{name}: {problems}") from None
 
 
 def scenario_names(directory: Path = CONFIGS) -> list[str]:
