@@ -235,6 +235,9 @@ def test_runs_that_shared_the_machine_are_found_and_their_time_starred(scenario)
     assert table[2].split(" | ")[3] == "100" and table[3].split(" | ")[3] == "200 *"
     assert table[-1].startswith("\\* Some of these runs overlapped another kept run")
     assert "*" not in main_table(scenario, sweep)
+    marked = run("short", 2, "2026-01-02T00:00:00+00:00", 50.0)
+    marked["machine"] = {"shared": "our tests, at the lowest priority"}
+    assert overlapping([*sweep, marked]) == {("toy", "short", 2)}
 
 
 def test_summary_has_a_row_per_compared_pair_with_steps_and_drops(scenario):
@@ -251,6 +254,8 @@ def test_summary_has_a_row_per_compared_pair_with_steps_and_drops(scenario):
     row = "| toy | ScalingInter - fixed 2 | test: +0.150 ± 0.635: no difference shown | 2.00x "
     assert table[2] == row + "| 0.00 / 0.08 | 0, 1 |"
     assert summary_table([(scenario, results[:2])]) == ""  # no pair ran: no table
+    scenario.arms["short"].overrides = {}  # an arm without a fixed horizon (SFT, say)
+    assert summary_table([(scenario, results)]) == ""  # RL against it is no horizon comparison
 
 
 def test_plot_draws_curves_with_stage_lines(scenario, tmp_path):
@@ -328,6 +333,11 @@ def test_unknown_scenario_and_arm_keys_are_named(tmp_path):
     (tmp_path / "short.yaml").write_text(SCENARIO.replace("values: [50.0]", "values: []"))
     with pytest.raises(SystemExit, match=r"paper.rows.0: 0 values for 1 columns"):
         load_scenario("short", tmp_path)
+    (tmp_path / "start.yaml").write_text(SCENARIO.replace("label: fixed 2", "start: sft"))
+    with pytest.raises(SystemExit, match=r"arms.short.start: scratch or an arm that trains "):
+        load_scenario("start", tmp_path)
+    (tmp_path / "chain.yaml").write_text(SCENARIO.replace("label: fixed 2", "start: si"))
+    assert load_scenario("chain", tmp_path).arms["short"].start == "si"
 
 
 def test_each_evaluation_stage_gets_its_own_settings_not_the_last_ones(scenario, tmp_path):

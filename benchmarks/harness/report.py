@@ -25,9 +25,10 @@ SMOOTH = 10
 
 
 SHARED_NOTE = (
-    "\\* Some of these runs overlapped another kept run (by start time and wall time), so "
-    "their training time is not an idle-machine figure. Their scores do not depend on it "
-    "(the preamble says how that was checked)."
+    "\\* Some of these runs overlapped another kept run (by start time and wall time) or "
+    "other work of ours (their JSON's `machine.shared` says what), so their training time is "
+    "not an idle-machine figure. Their scores do not depend on it (the preamble says how "
+    "that was checked)."
 )
 
 
@@ -43,19 +44,22 @@ def load_results(data: Path, scenario: str) -> list[dict[str, Any]]:
 
 
 def overlapping(results: Iterable[dict[str, Any]]) -> set[tuple[str, str, int]]:
-    """(scenario, arm, seed) of every run whose time span crossed another kept run's.
+    """(scenario, arm, seed) of every run that shared the machine.
 
-    Such a run shared the machine, so its wall time is not an idle-machine figure. Its
-    scores stand: the runs are synchronous and seeded, so sharing slows them only.
+    A run shared it when its time span crossed another kept run's, or when its JSON says
+    other work of ours ran beside it (`machine.shared`). Its wall time is then not an
+    idle-machine figure. Its scores stand: the runs are synchronous and seeded, so sharing
+    slows them only.
     """
-    spans = []
+    spans, shared = [], set()
     for r in results:
+        if r.get("machine", {}).get("shared"):
+            shared.add(_key(r))
         if "started" not in r:  # written by hand (tests): it cannot be placed in time
             continue
         start = datetime.fromisoformat(r["started"])
         spans.append((start, start + timedelta(seconds=r["wall_seconds"]), _key(r)))
     spans.sort()
-    shared: set[tuple[str, str, int]] = set()
     for i, (_, end, key) in enumerate(spans):
         for later_start, _, other in spans[i + 1 :]:
             if later_start >= end - OVERLAP_SLACK:
@@ -182,8 +186,8 @@ def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) ->
                 continue  # other comparisons (SFT -> RL against SFT) stay in their section
             for other in others:
                 seeds = _shared_seeds(by_seed, first, other)
-                if not seeds:
-                    continue
+                if not seeds or _scheduler(scenario, other) != "fixed":
+                    continue  # RL after SFT against SFT alone is not a horizon comparison
                 paired = _paired(scenario, by_seed, first, other, seeds)
                 differences = "; ".join(f"{split}: {_difference(d)}" for split, d in paired.items())
                 a = [by_seed[first, s] for s in seeds]

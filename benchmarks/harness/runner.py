@@ -264,16 +264,17 @@ def machine() -> dict[str, Any]:
 def start_model(
     scenario: Scenario, arm: Arm, seed: int, paths: Paths, host: Any, *, smoke: bool
 ) -> Path:
-    """The model an arm starts from: the seed's tiny model, or its `sft` checkpoint."""
+    """The model an arm starts from: the seed's tiny model, or its `start` arm's checkpoint."""
     base = build_model(
         scenario, seed, paths.work / scenario.name / f"seed{seed}" / "model", host, smoke=smoke
     )
     if arm.start == "scratch":
         return base
-    checkpoint = final_checkpoint(paths, scenario.name, "sft", seed)
-    if checkpoint is None:  # kept results do not keep checkpoints: train the sft arm again
-        retrain(scenario, scenario.arms["sft"], seed, paths, host, smoke=smoke)
-        checkpoint = final_checkpoint(paths, scenario.name, "sft", seed)
+    checkpoint = final_checkpoint(paths, scenario.name, arm.start, seed)
+    if checkpoint is None:  # the start arm's run was not kept here: train it (again)
+        start = scenario.arms[arm.start]
+        retrain(scenario, start, seed, paths, host, smoke=smoke)
+        checkpoint = final_checkpoint(paths, scenario.name, arm.start, seed)
     return checkpoint
 
 

@@ -4,7 +4,8 @@ A scenario names the agentgym config every arm shares (`config`), the arms
 (each a few overrides of it, e.g. its horizon schedule), the evaluations run
 before and after training, the tiny model to build, the seeds, and the
 paper's numbers to print beside ours. Every arm of a seed starts from the
-same model; `start: sft` arms start from that seed's `sft` arm's checkpoint.
+same model; `start: <arm>` arms start from that seed's checkpoint of the arm named
+(`start: sft`: the `sft` arm's).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Arm:
     name: str
     label: str
     overrides: dict[str, Any]
-    start: str = "scratch"  # or "sft": the seed's `sft` arm checkpoint
+    start: str = "scratch"  # or an arm's name (`sft`): the seed's checkpoint of that arm
     train: bool = True  # False: evaluate the start model only (`untrained`, `sft` is trained)
     stage: str = "train"  # or "evolve": AgentEvol rounds (the `evolve` block of the overrides)
 
@@ -95,6 +96,13 @@ def load_scenario(name: str, directory: Path = CONFIGS) -> Scenario:
             raise SystemExit(f"{path}: arms.{arm_name}.stage: train or evolve, not {stage!r}")
         if spec:
             raise SystemExit(f"{path}: arms.{arm_name}: unknown keys {sorted(spec)}")
+    for arm in arms.values():
+        if arm.start != "scratch" and (arm.start not in arms or arm.start == UNTRAINED):
+            trained = ", ".join(a for a in arms if a != UNTRAINED)
+            raise SystemExit(
+                f"{path}: arms.{arm.name}.start: scratch or an arm that trains ({trained}), "
+                f"not {arm.start!r}"
+            )
     check_paper(data.get("paper", {}), path)
     check_evals(data.get("evals", {}), path)
     for first, others in data.get("compare", {}).items():

@@ -58,6 +58,14 @@ class BabyAIConfig(BaseModel):
     list_actions: bool = Field(
         True, description="End each observation with `Available actions: [...]`, as AgentGym does."
     )
+    expert_search: int = Field(
+        0,
+        ge=0,
+        le=3,
+        description="With `levels: agentgym`: the expert first looks this many macro actions "
+        "ahead (on copies of the game) for a sequence that wins, and one further when no "
+        "action follows minigrid's bot; 0: the bot alone (as the kept results were made).",
+    )
 
     @field_validator("levels")
     @classmethod

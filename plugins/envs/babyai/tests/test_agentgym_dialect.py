@@ -224,3 +224,39 @@ def test_bot_stack_past_its_bound_fails_as_the_bot_does():
     with pytest.raises(AssertionError, match="more than"):
         stack.append("one too many")
     assert len(stack) == STACK_LIMIT
+
+
+def _expert_episode(task: int, search: int) -> tuple[bool, list[str]]:
+    env = AgentGymBabyAIEnv(BabyAIConfig(levels="agentgym", expert_search=search))
+    try:
+        env.reset(task)
+        actions = []
+        for _ in range(20):
+            actions.append(env.expert_action())
+            if env.step(actions[-1]).done:
+                return True, actions
+        return False, actions
+    finally:
+        env.close()
+
+
+def test_expert_search_wins_where_no_macro_follows_the_bot():
+    """data_idx 3887 (GoToSeqS5R2, a test task): facing the grey door it came through, the
+    bot's next step is to toggle it, which no macro offers. The bot alone then asks for the
+    action list until the turn limit; looking two macros ahead for a win finishes the task."""
+    alone, actions = _expert_episode(3887, search=0)
+    assert not alone and actions[-3:] == ["check available actions"] * 3
+    searched, actions = _expert_episode(3887, search=2)
+    assert searched and len(actions) <= 6, actions
+
+
+def test_a_win_one_macro_away_is_found_and_none_past_the_depth(env):
+    from agentgym_env_babyai.agentgym.expert import first_of_win
+
+    task = next(i for i in env.tasks("train") if levels.level_number(i) == 2)  # GoToRedBall
+    env.reset(task)
+    win = first_of_win(env.game, env.view, env.image, depth=1)
+    assert win is not None and win.endswith("red ball 1")  # go to it, or pick it up
+    assert env.step(win).done
+    env.reset(3887)  # a sequence of two goals, the second out of sight: no win in one macro
+    assert first_of_win(env.game, env.view, env.image, depth=1) is None

@@ -160,7 +160,7 @@ class AgentGymBabyAIEnv:
     def expert_action(self) -> str:
         """The available action that gets furthest along minigrid's BabyAIBot's course."""
         if self._expert is None:
-            self._expert = Expert(self.game)
+            self._expert = Expert(self.game, search_depth=self.config.expert_search)
         return self._expert.choose(self.view, self.image)
 
     def render(self) -> Any:

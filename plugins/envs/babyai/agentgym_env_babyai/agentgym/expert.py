@@ -6,6 +6,12 @@ the server's paths are not the bot's, so actions are matched by effect: the
 bot's next steps are played out on a copy of the game, each available action
 is played out on another copy, and the expert takes the action whose end state
 (pose, carried object, grid) is the furthest state along the bot's course.
+
+Told this way the bot solves 0.79 of AgentGym's test tasks: where its next step
+is one no macro offers (toggling an open door it faces) no action follows it,
+and where a macro's path leaves its course it can go back and forth. With a
+search depth, the expert first looks that many macros ahead for a sequence
+that wins, and one further when no action follows the bot.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import copy
 import hashlib
 from typing import Any
 
-from agentgym_env_babyai.agentgym.view import CHECK, View
+from agentgym_env_babyai.agentgym.view import CHECK, View, observe
 from agentgym_env_babyai.bot import new_bot
 
 LOOKAHEAD = 40
@@ -33,10 +39,11 @@ def state_key(game: Any) -> tuple:
 class Expert:
     """BabyAIBot following one episode; `sync` after every primitive step the env runs."""
 
-    def __init__(self, game: Any) -> None:
+    def __init__(self, game: Any, search_depth: int = 0) -> None:
         self.game = game
         self.bot: Any = None
         self.next = 0
+        self.search_depth = search_depth
 
     def _restart(self) -> None:
         """A new bot from the current state (the bot asserts when it loses its way)."""
@@ -68,6 +75,20 @@ class Expert:
         return states
 
     def choose(self, view: View, image: Any) -> str:
+        """A short win's first action (with a search depth), else the bot's way.
+
+        Else means: the available action that gets furthest along the bot's course.
+        """
+        if self.search_depth:
+            win = first_of_win(self.game, view, image, self.search_depth)
+            if win is not None:
+                return win
+        action = self._follow(view, image)
+        if action == CHECK and self.search_depth:  # the bot is lost, or no macro follows it
+            return first_of_win(self.game, view, image, self.search_depth + 1) or CHECK
+        return action
+
+    def _follow(self, view: View, image: Any) -> str:
         """The available action that gets furthest along the bot's course."""
         if self.bot is None:
             try:
@@ -83,6 +104,41 @@ class Expert:
             if index > best_index:
                 best, best_index = action, index
         return best or CHECK
+
+
+def first_of_win(game: Any, view: View, image: Any, depth: int) -> str | None:
+    """The first action of a shortest sequence of at most `depth` macros that wins.
+
+    Breadth-first over copies of the game, each state expanded once; None when none wins.
+    """
+    frontier = [(game, image, view, None)]
+    seen = {state_key(game)}
+    for _ in range(depth):
+        deeper = []
+        for state, state_image, state_view, first in frontier:
+            for action, plan in state_view.actions.items():
+                if action == CHECK or not plan:
+                    continue
+                after, after_image, after_view, won = _played(state, plan, state_image)
+                if won:
+                    return first or action
+                if (key := state_key(after)) not in seen:
+                    seen.add(key)
+                    deeper.append((after, after_image, after_view, first or action))
+        frontier = deeper
+    return None
+
+
+def _played(game: Any, plan: list[int], image: Any) -> tuple[Any, Any, View, bool]:
+    """A copy of `game` after `plan` as the env runs it: its image, view, and whether it won."""
+    game = copy.deepcopy(game)
+    for primitive in plan:
+        obs, reward, terminated, _, _ = game.step(primitive)
+        if not (obs["image"] != image).any():
+            break
+        image = obs["image"]
+    won = (bool(terminated) and reward > 0.5) or reward == 1
+    return game, image, observe(game.unwrapped, obs["image"], obs["direction"]), won
 
 
 def _after(game: Any, plan: list[int], image: Any) -> tuple:
