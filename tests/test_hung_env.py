@@ -9,6 +9,7 @@ seconds of that end, saying in one line that it left the call behind.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -239,36 +240,46 @@ def test_error_trace_keeps_the_innermost_frames_bounded():
     assert "in deep" in trace and "test_hung_env.py" in trace
 
 
+async def _cancel_after_return(start_call, loop_turns: int) -> str:
+    """Start `start_call(fn)` on a call that returns at once, let the event loop turn
+    `loop_turns` times after it returned, then cancel the waiting task.
+
+    Returns "cancelled", "played on" (the cancel was lost: the task returned the value)
+    or "finished first".
+    """
+    import asyncio
+
+    returned = threading.Event()
+
+    def call() -> str:
+        returned.set()
+        return "value"
+
+    task = asyncio.ensure_future(start_call(call))
+    while not returned.is_set():
+        await asyncio.sleep(0)
+    for _ in range(loop_turns):  # the result is on its way through the loop's callbacks
+        await asyncio.sleep(0)
+    if task.done():
+        return "finished first"
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return "cancelled"
+    return "played on"
+
+
 def test_a_cancelled_call_stays_cancelled_though_it_returned_a_moment_before():
     """On Python 3.11, wait_for returned the value of a call that finished just before the
     cancel: the cancelled episode played on, then waited forever on a stopped policy."""
     import asyncio
 
-    async def cancel_after_return(threads: EnvThreads, loop_turns: int) -> str:
-        returned = threading.Event()
-
-        def call() -> str:
-            returned.set()
-            return "value"
-
-        task = asyncio.ensure_future(threads.call(5.0, call))
-        while not returned.is_set():
-            await asyncio.sleep(0)
-        for _ in range(loop_turns):  # the result is on its way through the loop's callbacks
-            await asyncio.sleep(0)
-        if task.done():
-            return "finished first"
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            return "cancelled"
-        return "played on"
-
     async def every_moment() -> list[str]:
         threads = EnvThreads(2)
         try:
-            return [await cancel_after_return(threads, turns) for turns in range(6)]
+            start = functools.partial(threads.call, 5.0)
+            return [await _cancel_after_return(start, turns) for turns in range(6)]
         finally:
             threads.shutdown()
 
@@ -284,31 +295,10 @@ def test_a_cancelled_server_env_call_stays_cancelled_though_it_returned_a_moment
 
     from agentgym_core.serve.sessions import SessionStore
 
-    async def cancel_after_return(store: SessionStore, loop_turns: int) -> str:
-        returned = threading.Event()
-
-        def call() -> str:
-            returned.set()
-            return "value"
-
-        task = asyncio.ensure_future(store.call(call))
-        while not returned.is_set():
-            await asyncio.sleep(0)
-        for _ in range(loop_turns):
-            await asyncio.sleep(0)
-        if task.done():
-            return "finished first"
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            return "cancelled"
-        return "played on"
-
     async def every_moment() -> list[str]:
         store = SessionStore(lambda: None, threads=2, env_timeout_s=5.0)
         try:
-            return [await cancel_after_return(store, turns) for turns in range(6)]
+            return [await _cancel_after_return(store.call, turns) for turns in range(6)]
         finally:
             store.executor.shutdown()
 

@@ -355,7 +355,7 @@ def test_each_evaluation_stage_gets_its_own_settings_not_the_last_ones(scenario,
 
 def test_a_bad_evaluation_is_named_with_its_key(tmp_path):
     (tmp_path / "bad.yaml").write_text(SCENARIO.replace("max_turns: 4}", "max_turns: 4, kk: 2}"))
-    with pytest.raises(SystemExit, match=r"evals\.test: kk: Extra inputs"):
+    with pytest.raises(SystemExit, match=r"evals\.test\.kk: unknown key \(did you mean 'k'\?\)"):
         load_scenario("bad", tmp_path)
 
 

@@ -163,7 +163,7 @@ def pipeline_config(
             spec = {**spec, "num_tasks": 4, "k": 1}
         stages.append({"name": f"eval-{name}", "type": "eval", "eval": whole_eval(spec)})
     config["stages"] = stages
-    config["eval"] = {**config.get("eval", {}), **stages[-1]["eval"]}  # the root must validate too
+    config["eval"] = dict(stages[-1]["eval"])  # the root must validate too (each block is whole)
     return config
 
 

@@ -132,16 +132,15 @@ def check_evals(evals: dict[str, Any], path: Path) -> None:
     """Each evaluation is a valid `eval` block (split, k, max_turns, constrained, ...)."""
     from pydantic import ValidationError
 
+    from agentgym_core.config.errors import pydantic_problems
     from agentgym_core.config.schema import EvalConfig
 
     for name, spec in evals.items():
         try:
             EvalConfig.model_validate(spec)
         except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
-            )
-            raise SystemExit(f"{path}: evals.{name}: {problems}") from None
+            problems = pydantic_problems(error, EvalConfig, ("evals", name))
+            raise SystemExit(f"{path}: " + "; ".join(map(str, problems))) from None
 
 
 def scenario_names(directory: Path = CONFIGS) -> list[str]:

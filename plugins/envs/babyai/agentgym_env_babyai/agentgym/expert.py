@@ -7,11 +7,12 @@ bot's next steps are played out on a copy of the game, each available action
 is played out on another copy, and the expert takes the action whose end state
 (pose, carried object, grid) is the furthest state along the bot's course.
 
-Told this way the bot solves 0.79 of AgentGym's test tasks: where its next step
-is one no macro offers (toggling an open door it faces) no action follows it,
-and where a macro's path leaves its course it can go back and forth. With a
-search depth, the expert first looks that many macros ahead for a sequence
-that wins, and one further when no action follows the bot.
+Told this way the bot solves 0.79 of AgentGym's test tasks. Where no available
+action follows its course (its next step can be one no macro offers, such as
+toggling an open door it faces) it asks for the action list, and where a
+macro's path leaves its course it can go back and forth. With a search depth,
+the expert first looks that many macros ahead for a sequence that wins, and
+one further when no action follows the bot.
 """
 
 from __future__ import annotations
@@ -110,43 +111,42 @@ def first_of_win(game: Any, view: View, image: Any, depth: int) -> str | None:
     """The first action of a shortest sequence of at most `depth` macros that wins.
 
     Breadth-first over copies of the game, each state expanded once; None when none wins.
+    States at the last depth are only checked for a win (no view: they are not expanded).
     """
     frontier = [(game, image, view, None)]
     seen = {state_key(game)}
-    for _ in range(depth):
+    for level in range(depth):
         deeper = []
         for state, state_image, state_view, first in frontier:
             for action, plan in state_view.actions.items():
                 if action == CHECK or not plan:
                     continue
-                after, after_image, after_view, won = _played(state, plan, state_image)
-                if won:
+                after, after_image, obs, reward, terminated = _run(state, plan, state_image)
+                if (terminated and reward > 0.5) or reward == 1:  # as the env ends an episode
                     return first or action
-                if (key := state_key(after)) not in seen:
-                    seen.add(key)
-                    deeper.append((after, after_image, after_view, first or action))
+                if level == depth - 1 or (key := state_key(after)) in seen:
+                    continue
+                seen.add(key)
+                after_view = observe(after.unwrapped, obs["image"], obs["direction"])
+                deeper.append((after, after_image, after_view, first or action))
         frontier = deeper
     return None
 
 
-def _played(game: Any, plan: list[int], image: Any) -> tuple[Any, Any, View, bool]:
-    """A copy of `game` after `plan` as the env runs it: its image, view, and whether it won."""
+def _run(game: Any, plan: list[int], image: Any) -> tuple[Any, Any, dict, float, bool]:
+    """A copy of `game` after `plan` as the server runs it (stopping at a refused step).
+
+    Returns the copy, its image, the last observation, the reward and the termination.
+    """
     game = copy.deepcopy(game)
     for primitive in plan:
         obs, reward, terminated, _, _ = game.step(primitive)
         if not (obs["image"] != image).any():
             break
         image = obs["image"]
-    won = (bool(terminated) and reward > 0.5) or reward == 1
-    return game, image, observe(game.unwrapped, obs["image"], obs["direction"]), won
+    return game, image, obs, float(reward), bool(terminated)
 
 
 def _after(game: Any, plan: list[int], image: Any) -> tuple:
     """The state after running `plan` as the server runs it (stopping at a refused step)."""
-    game = copy.deepcopy(game)
-    for primitive in plan:
-        obs, _, _, _, _ = game.step(primitive)
-        if not (obs["image"] != image).any():
-            break
-        image = obs["image"]
-    return state_key(game)
+    return state_key(_run(game, plan, image)[0])
