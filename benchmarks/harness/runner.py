@@ -295,16 +295,31 @@ def run_arm(
     host: Any,
     *,
     smoke: bool = False,
-    force: bool = False,
 ) -> dict[str, Any]:
     """Run one arm for one seed, unless its result is kept already; returns the result."""
     result_path = paths.result(scenario.name, arm.name, seed)
-    if result_path.exists() and not force:
+    if result_path.exists():
         kept = json.loads(result_path.read_text())
         missing = [name for name in scenario.evals if name not in kept["evals"]]
         if missing:
             return add_evals(scenario, arm, seed, paths, host, kept, missing, smoke=smoke)
         return kept
+    result = train_and_evaluate(scenario, arm, seed, paths, host, smoke=smoke)
+    keep(paths, result)
+    return result
+
+
+def keep(paths: Paths, result: dict[str, Any]) -> None:
+    """Write a result where the report and later sweeps find it."""
+    path = paths.result(result["scenario"], result["arm"], result["seed"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+
+
+def train_and_evaluate(
+    scenario: Scenario, arm: Arm, seed: int, paths: Paths, host: Any, *, smoke: bool
+) -> dict[str, Any]:
+    """Run one arm for one seed from its start model; returns the result, not yet kept."""
     started = datetime.now(UTC).isoformat(timespec="seconds")
     conditions = machine()
     model = start_model(scenario, arm, seed, paths, host, smoke=smoke)
@@ -335,8 +350,6 @@ def run_arm(
     if explored := explorations(run_dir):
         result["explorations"] = explored
     result["config"].pop("model", None)
-    result_path.parent.mkdir(parents=True, exist_ok=True)
-    result_path.write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -396,16 +409,16 @@ def retrain(
     path = paths.result(scenario.name, arm.name, seed)
     kept = json.loads(path.read_text()) if path.exists() else None
     clear_run_dir(paths.run_dir(scenario.name, arm.name, seed))
-    result = run_arm(scenario, arm, seed, paths, host, smoke=smoke, force=True)
-    if kept is None:
-        return result
-    result["rerun_of"] = reproduction(kept, result, scenario.metric)
-    path.write_text(json.dumps(result, indent=1))
-    if not (result["rerun_of"]["curve_equal"] and result["rerun_of"]["evals_equal"]):
+    result = train_and_evaluate(scenario, arm, seed, paths, host, smoke=smoke)
+    if kept is not None:
+        result["rerun_of"] = reproduction(kept, result, scenario.metric)
+    keep(paths, result)
+    rerun = result.get("rerun_of")
+    if rerun and not (rerun["curve_equal"] and rerun["evals_equal"]):
         print(
             f"WARNING: {scenario.name} {arm.name} seed {seed} trained again does not repeat "
-            f"its kept run (curve equal: {result['rerun_of']['curve_equal']}, evaluations: "
-            f"{result['rerun_of']['evals']}); the new numbers replace the kept ones",
+            f"its kept run (curve equal: {rerun['curve_equal']}, evaluations: "
+            f"{rerun['evals']}); the new numbers replace the kept ones",
             flush=True,
         )
     return result
