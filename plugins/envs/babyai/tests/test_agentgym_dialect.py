@@ -260,3 +260,26 @@ def test_a_win_one_macro_away_is_found_and_none_past_the_depth(env):
     assert env.step(win).done
     env.reset(3887)  # a sequence of two goals, the second out of sight: no win in one macro
     assert first_of_win(env.game, env.view, env.image, depth=1) is None
+
+
+def test_a_copy_to_play_ahead_on_shares_the_walls_and_leaves_the_game_as_it_was(env):
+    """The search plays macros on copies; sharing the walls (most grid objects) makes them cheap.
+
+    What a step can change (the agent, what it carries, objects, doors) must stay apart.
+    """
+    from agentgym_env_babyai.agentgym.expert import _run, copy_game, state_key
+
+    task = next(i for i in env.tasks("train") if levels.level_number(i) == 17)  # Pickup
+    env.reset(task)
+    before = state_key(env.game)
+    picked = []
+    for action, plan in env.view.actions.items():
+        if action.startswith("pickup"):
+            after = _run(env.game, plan, env.image)[0].unwrapped
+            picked.append(after.carrying is not None)
+    assert any(picked) and env.game.unwrapped.carrying is None
+    assert state_key(env.game) == before
+    original, copied = env.game.unwrapped.grid.grid, copy_game(env.game).unwrapped.grid.grid
+    pairs = [(a, b) for a, b in zip(original, copied, strict=True) if a is not None]
+    assert all((a is b) == (a.type == "wall") for a, b in pairs)
+    assert any(a.type != "wall" for a, _ in pairs)
