@@ -63,7 +63,7 @@ test-vllm: $(VLLM_VENV)/.installed
 GPU_VENV := .venv-gpu
 test-gpu:
 	@if [ -x $(GPU_VENV)/bin/python ]; then \
-		$(GPU_VENV)/bin/python -m pytest -q -m gpu tests/test_gpu.py; \
+		$(GPU_VENV)/bin/python -m pytest -q -m gpu tests/test_gpu.py tests/test_sampling.py; \
 	else \
 		$(MAKE) --no-print-directory $(STAMP) && $(BIN)/python -m pytest -q -m gpu tests/test_gpu.py; \
 	fi

@@ -338,7 +338,8 @@ def _scored(learner: Any, shape: Shape, vocab: int, seed: int) -> Any:
 
 
 def time_generation(model: Any, tokenizer: Any, shape: Shape) -> dict[str, Any]:
-    """One batch of `shape.gen_batch` episodes through the `hf` policy: new tokens per second."""
+    """One batch of `shape.gen_batch` episodes through the `hf` policy: new tokens per second,
+    and the generation thread's seconds by part (`gen_s`: prefill, decode, sampling, kv_cache)."""
     from agentgym_core.interfaces import SamplingParams
     from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 
@@ -361,13 +362,15 @@ def time_generation(model: Any, tokenizer: Any, shape: Shape) -> dict[str, Any]:
     try:
         asyncio.run(play(2, 2))  # warm-up
         _sync()
+        policy.seconds.clear()
         start = time.perf_counter()
         tokens = asyncio.run(play(shape.gen_batch, shape.gen_tokens))
         _sync()
         seconds = time.perf_counter() - start
     finally:
         policy.close()
-    return {"gen_tokens_per_s": round(tokens / seconds, 1), "gen_tokens": tokens}
+    parts = {part: round(s, 3) for part, s in sorted(policy.seconds.items())}
+    return {"gen_tokens_per_s": round(tokens / seconds, 1), "gen_tokens": tokens, "gen_s": parts}
 
 
 def run_case(
@@ -555,6 +558,34 @@ def check(sizes: list[str], attn: str, fsdp: bool, work: Path) -> dict[str, Any]
     return {"machine": info, "attention_requested": attn, "cases": rows}
 
 
+def check_generation(sizes: list[str], attn: str, repeats: int, work: Path) -> dict[str, Any]:
+    """Generation alone: the `hf` policy's batch `repeats` times per shape, no learner.
+
+    For timing a change to generation before and after, one process each, alternated.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym_core import distributed
+
+    rows = []
+    for size in sizes:
+        folder = build_model(SHAPES[size], work / size)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.bfloat16, attn_implementation=attn
+        ).to(distributed.device())
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        for repeat in range(repeats):
+            row = {"case": f"{size} generation {repeat + 1}", "status": "ok"}
+            row["weights_on"] = str(next(model.parameters()).device)
+            row["attention"] = attn
+            row.update(time_generation(model, tokenizer, SHAPES[size]))
+            print(f"[gpu-check] {row['case']}: {row['gen_tokens_per_s']} tok/s", flush=True)
+            rows.append(row)
+        del model
+        _free()
+    return {"machine": machine(), "attention_requested": attn, "cases": rows}
+
+
 COLUMNS = [
     ("case", "case"),
     ("status", "status"),
@@ -617,6 +648,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--no-fsdp", action="store_true", help="skip the FSDP2 process")
     parser.add_argument("--json", default=None, help="where to write the JSON summary")
+    parser.add_argument(
+        "--generation-only", action="store_true", help="time the hf policy's batch alone"
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="with --generation-only")
     parser.add_argument("--fsdp-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     attn = args.attn
@@ -628,7 +663,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-models-") as work:
-        result = check(sizes, attn, not args.no_fsdp, Path(work))
+        if args.generation_only:
+            result = check_generation(sizes, attn, args.repeats, Path(work))
+        else:
+            result = check(sizes, attn, not args.no_fsdp, Path(work))
     result["smoke"] = args.smoke
     result["seconds"] = round(time.perf_counter() - start, 1)
     result["mlflow_imported"] = "mlflow" in sys.modules

@@ -62,6 +62,21 @@ def test_the_smoke_check_runs_every_case_and_writes_its_summary(tmp_path):
     assert cases["tiny full"]["dtype"] == "bfloat16"
     assert cases["tiny full"]["gen_tokens_per_s"] > 0
     assert cases["tiny full fsdp2 (1 process)"]["sharded"] is True
+    assert set(cases["tiny full"]["gen_s"]) == {"prefill", "decode", "sampling", "kv_cache"}
+
+
+def test_the_generation_only_check_times_the_batch_as_often_as_asked(tmp_path):
+    out = tmp_path / "generation.json"
+    command = [sys.executable, str(CHECK), "--smoke", "--generation-only", "--repeats", "3"]
+    done = subprocess.run(
+        [*command, "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rows = json.loads(out.read_text())["cases"]
+    assert [row["case"] for row in rows] == [f"tiny generation {n}" for n in (1, 2, 3)]
+    for row in rows:
+        assert row["gen_tokens_per_s"] > 0 and row["gen_s"]["decode"] > 0, row
+        assert "train_tokens_per_s" not in row
 
 
 def test_the_card_table_and_the_plan(gpu_check):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from agentgym_core.interfaces import SamplingParams
@@ -13,6 +14,17 @@ from agentgym_core.policies.sampling import Request, Sampler
 
 VOCAB = 12
 STOP = 0
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
 
 
 def _sampler() -> Sampler:
@@ -36,19 +48,58 @@ def _draw(sampler: Sampler, batch: list[Request], steps: int) -> None:
         sampler.sample(batch, logits[step], generators)
 
 
-def test_a_request_samples_the_same_alone_or_beside_others():
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_request_samples_the_same_alone_or_beside_others(device):
     sampler = _sampler()
     alone = [_request(3, max_new_tokens=6)]
     batched = [_request(9, max_new_tokens=6), _request(3, max_new_tokens=6)]
-    generators = [sampler.generator(r.params) for r in batched]
-    row_logits = torch.randn(6, VOCAB, generator=torch.Generator().manual_seed(1))
-    other = torch.randn(6, VOCAB, generator=torch.Generator().manual_seed(2))
-    alone_generators = [sampler.generator(alone[0].params)]
+    generators = [sampler.generator(r.params, device) for r in batched]
+    row_logits = torch.randn(6, VOCAB, generator=torch.Generator().manual_seed(1)).to(device)
+    other = torch.randn(6, VOCAB, generator=torch.Generator().manual_seed(2)).to(device)
+    alone_generators = [sampler.generator(alone[0].params, device)]
     for step in range(6):
         sampler.sample(alone, row_logits[step : step + 1], alone_generators)
-        sampler.sample(batched, torch.stack([other[step], row_logits[step]]), generators)
+        next_ids, real = sampler.sample(
+            batched, torch.stack([other[step], row_logits[step]]), generators
+        )
+        assert next_ids.device.type == real.device.type == torch.device(device).type
     assert alone[0].tokens == batched[1].tokens
     assert alone[0].logprobs == batched[1].logprobs
+
+
+def test_each_draw_is_the_gumbel_max_of_its_own_generator_over_its_allowed_ids():
+    """Worked per row as the sampler promises: log-softmax of logits / temperature, masked
+    to the allowed ids; the argmax of log-prob + Gumbel noise drawn from the request's
+    generator over its candidates (all ids, or the allowed ones); greedy takes the argmax."""
+    sampler = _sampler()
+    constraint = ActionConstraint(["a", "b"], [(3, 4, STOP), (5, STOP)])
+    batch = [
+        _request(7, max_new_tokens=1, temperature=0.7),
+        _request(8, constraint, max_new_tokens=3),
+        _request(9, greedy=True, max_new_tokens=1),
+        _request(10, max_new_tokens=1),
+    ]
+    batch[3].done = True
+    logits = torch.randn(4, VOCAB, generator=torch.Generator().manual_seed(3))
+    next_ids, real = sampler.sample(batch, logits, [sampler.generator(r.params) for r in batch])
+
+    expected = []
+    for row, (temperature, candidates, greedy) in enumerate(
+        [(0.7, list(range(VOCAB)), False), (1.0, [3, 5], False), (1.0, list(range(VOCAB)), True)]
+    ):
+        scaled = logits[row] / temperature
+        masked = torch.full_like(scaled, float("-inf"))
+        masked[candidates] = scaled[candidates]
+        logprobs = torch.log_softmax(masked, dim=-1)[candidates]
+        if not greedy:
+            noise = torch.rand(len(candidates), generator=torch.Generator().manual_seed(7 + row))
+            logprobs = logprobs - torch.log(-torch.log(noise.clamp(1e-20, 1.0)))
+        expected.append(candidates[int(torch.argmax(logprobs))])
+    assert [r.tokens[0] for r in batch[:3]] == expected
+    assert next_ids.tolist()[:3] == expected and real.tolist() == [1, 1, 1, 0]
+    assert next_ids[3] == sampler.pad_id and batch[3].tokens == []
+    first_logprob = torch.log_softmax(logits[0] / 0.7, dim=-1)[expected[0]]
+    assert batch[0].logprobs == [float(first_logprob)]
 
 
 def test_constrained_requests_finish_on_an_allowed_action_and_answer_its_text():
@@ -62,11 +113,12 @@ def test_constrained_requests_finish_on_an_allowed_action_and_answer_its_text():
     assert all(allowed is not None for allowed in result.allowed)
 
 
-def test_greedy_takes_the_most_likely_token_and_stops_at_the_stop_id():
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_takes_the_most_likely_token_and_stops_at_the_stop_id(device):
     sampler = _sampler()
     request = _request(0, greedy=True, max_new_tokens=5)
-    logits = torch.zeros(1, VOCAB)
+    logits = torch.zeros(1, VOCAB, device=device)
     logits[0, STOP] = 10.0
-    sampler.sample([request], logits, [sampler.generator(request.params)])
+    sampler.sample([request], logits, [sampler.generator(request.params, device)])
     assert request.tokens == [STOP] and request.done
     assert sampler.result(request).finished

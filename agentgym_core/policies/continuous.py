@@ -222,7 +222,7 @@ class ContinuousDecoder:
             logits_to_keep=1,
         )
         for request in arrived:
-            request.generator = self.sampler.generator(request.params)
+            request.generator = self.sampler.generator(request.params, device)
         self.batch_sizes.append(len(arrived))
         next_ids, _ = self.sampler.sample(
             arrived, out.logits[:, -1, :].float(), [r.generator for r in arrived]

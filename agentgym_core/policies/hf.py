@@ -217,7 +217,7 @@ class HFPolicy:
             self.model.train(was_training)
 
     def _decode(self, batch: list[Request], device: torch.device) -> None:
-        clock = _Clock(self.seconds)
+        clock = _Clock(self.seconds, device)
         use_cache = self.config.prefix_cache
         entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in batch]
         pre = self.cache.prefill([r.prompt for r in batch], entries, self.pad_id)
@@ -232,7 +232,7 @@ class HFPolicy:
             logits_to_keep=1,  # only the last position is sampled from
         )
         last_position = pre.position_ids[:, -1:].to(device)
-        generators = [self.sampler.generator(r.params) for r in batch]
+        generators = [self.sampler.generator(r.params, device) for r in batch]
         clock.lap("prefill")
         for _ in range(max(r.params.max_new_tokens for r in batch)):
             next_ids, real = self.sampler.sample(batch, out.logits[:, -1, :].float(), generators)
@@ -267,13 +267,20 @@ class HFPolicy:
 
 
 class _Clock:
-    """Adds the time since its last lap to a part's total."""
+    """Adds the time since its last lap to a part's total.
 
-    def __init__(self, totals: collections.Counter[str]) -> None:
+    On a GPU it waits for the device at each lap: kernels run after their launch
+    returns, so without the wait a forward pass's time would land in the next part.
+    """
+
+    def __init__(self, totals: collections.Counter[str], device: torch.device) -> None:
         self.totals = totals
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else None
         self.last = time.perf_counter()
 
     def lap(self, part: str) -> None:
+        if self.sync is not None:
+            self.sync()
         now = time.perf_counter()
         self.totals[part] += now - self.last
         self.last = now

@@ -52,18 +52,29 @@ class Sampler:
         self.pad_id = pad_id
         self._rng = random.Random(seed)
 
-    def generator(self, params: SamplingParams) -> torch.Generator:
-        """The noise source of one request: its own seed, or the next of the sampler's seeds."""
+    def generator(
+        self, params: SamplingParams, device: torch.device | str = "cpu"
+    ) -> torch.Generator:
+        """The noise source of one request, on the model's device.
+
+        Its own seed, or the next of the sampler's seeds. A seed gives the same draws on
+        one kind of device; a CUDA generator's stream differs from a CPU one's.
+        """
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-        return torch.Generator().manual_seed(seed)
+        return torch.Generator(device=device).manual_seed(seed)
 
     def sample(
         self, batch: list[Request], logits: torch.Tensor, generators: list[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample one token per live row; returns the tokens and which rows sampled one."""
-        logits = logits.cpu()
-        temps = torch.tensor([max(r.params.temperature, 1e-6) for r in batch]).unsqueeze(1)
-        logits = logits / temps
+        """Sample one token per live row; returns the tokens and which rows sampled one.
+
+        Runs where the logits are: on a GPU only the chosen ids and their log-probs cross
+        to the host, not a [rows, vocab] block per step. Each row's noise is drawn and
+        applied on its own, as before, so a seed's draws do not depend on the batch.
+        """
+        device = logits.device
+        temps = torch.tensor([max(r.params.temperature, 1e-6) for r in batch], device=device)
+        logits = logits / temps.unsqueeze(1)
         allowed_by_row = {
             row: r.constraint.allowed()
             for row, r in enumerate(batch)
@@ -72,15 +83,22 @@ class Sampler:
         rows = list(allowed_by_row)
         masked = apply_allowed_mask(logits, rows, [allowed_by_row[r] for r in rows])
         logprobs = torch.log_softmax(masked, dim=-1)
-        next_ids = torch.full((len(batch),), self.pad_id, dtype=torch.long)
-        real = torch.zeros(len(batch), dtype=torch.long)
-        for row, request in enumerate(batch):
-            if request.done:
-                continue
-            allowed = allowed_by_row.get(row)
-            token = _pick(logprobs[row], allowed, request.params, generators[row])
-            next_ids[row], real[row] = token, 1
-            self._record(request, token, float(logprobs[row, token]), allowed)
+        live = [row for row, request in enumerate(batch) if not request.done]
+        next_ids = torch.full((len(batch),), self.pad_id, dtype=torch.long, device=device)
+        real = torch.zeros(len(batch), dtype=torch.long, device=device)
+        if not live:
+            return next_ids, real
+        picks = torch.stack(
+            [
+                _pick(logprobs[row], allowed_by_row.get(row), batch[row].params, generators[row])
+                for row in live
+            ]
+        )
+        live_rows = torch.tensor(live, device=device)
+        next_ids[live_rows], real[live_rows] = picks, 1
+        chosen = logprobs[live_rows, picks]
+        for row, token, logprob in zip(live, picks.tolist(), chosen.tolist(), strict=True):
+            self._record(batch[row], token, logprob, allowed_by_row.get(row))
         return next_ids, real
 
     def result(self, request: Request) -> Generation:
@@ -127,14 +145,18 @@ def _pick(
     allowed: tuple[int, ...] | None,
     params: SamplingParams,
     generator: torch.Generator,
-) -> int:
-    """Greedy or Gumbel-max choice, drawing noise only over the allowed ids when constrained."""
+) -> torch.Tensor:
+    """Greedy or Gumbel-max choice, drawing noise only over the allowed ids when constrained.
+
+    A 0-d id tensor on the logits' device: reading it would wait for the device per row.
+    """
+    device = logprobs.device
     if allowed is not None and len(allowed) == 1:
-        return allowed[0]
-    candidates = torch.as_tensor(allowed) if allowed is not None else None
+        return torch.tensor(allowed[0], device=device)
+    candidates = torch.tensor(allowed, device=device) if allowed is not None else None
     scores = logprobs if candidates is None else logprobs[candidates]
     if not params.greedy:
-        uniform = torch.rand(scores.shape, generator=generator).clamp_(1e-20, 1.0)
+        uniform = torch.rand(scores.shape, generator=generator, device=device).clamp_(1e-20, 1.0)
         scores = scores - torch.log(-torch.log(uniform))
-    best = int(torch.argmax(scores))
-    return best if candidates is None else int(candidates[best])
+    best = torch.argmax(scores)
+    return best if candidates is None else candidates[best]
