@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -12,7 +13,12 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentgym_core.env_options import make_env, parse_options, plugin_host
+from agentgym_core.env_options import (
+    make_env,
+    parse_options,
+    plugin_host,
+    validate_env_options,
+)
 
 PARTIAL = 3
 """Exit status of a command whose evaluation stayed partial (episodes still in env_error)."""
@@ -233,10 +239,15 @@ def cmd_model_merge(args: argparse.Namespace) -> int:
 def cmd_data_expert(args: argparse.Namespace) -> int:
     """Write expert trajectories of an environment as AgentTraj JSON."""
     from agentgym_core.data.expert import write_expert_dataset
+    from agentgym_core.rollout import contract
     from agentgym_core.rollout.threads import EnvCallTimeout, timed_call
 
-    host = plugin_host()
-    env = make_env(host, args.env, args.env_option)
+    pairs = args.env_option
+    registration, config = validate_env_options(
+        plugin_host().registry, args.env, parse_options(pairs), pairs
+    )
+    new_env = functools.partial(registration.factory, config)  # picklable: for the processes
+    env = contract.label(new_env(), args.env)
     try:
         tasks = list(env.tasks(args.split))[: args.episodes]
         summary = write_expert_dataset(
@@ -246,6 +257,8 @@ def cmd_data_expert(args: argparse.Namespace) -> int:
             Path(args.out),
             max_turns=args.max_turns,
             timeout_s=args.env_timeout_s,
+            workers=args.workers,
+            make_env=new_env,
         )
     finally:
         with contextlib.suppress(EnvCallTimeout):  # a wedged env may not close either
@@ -346,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     expert.add_argument("-o", "--env-option", action="append", help="env config key=value")
     expert.add_argument(
         "--env-timeout-s", type=float, default=30.0, help="longest an env call may run (s)"
+    )
+    expert.add_argument(
+        "--workers", type=int, default=1, help="processes sharing the episodes, an env each"
     )
     expert.add_argument("--out", required=True)
     expert.set_defaults(func=cmd_data_expert)

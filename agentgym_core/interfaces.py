@@ -242,12 +242,20 @@ class OfflineDataset(Protocol):
         ...
 
     def expert_items(
-        self, *, episodes: int, split: str, max_turns: int, env_options: Mapping[str, Any], key: str
+        self,
+        *,
+        episodes: int,
+        split: str,
+        max_turns: int,
+        env_options: Mapping[str, Any],
+        key: str,
+        workers: int = 1,
     ) -> list[AgentTrajItem]:
         """Successful episodes of the env's expert on the first `episodes` tasks of `split`.
 
         `env_options` are merged over the stage's `env` block and validated by
-        the env's model; errors name `key`.
+        the env's model; errors name `key`. `workers` processes share the tasks,
+        each with its own env; the items are the same, in the same order.
         """
         ...
 

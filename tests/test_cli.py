@@ -147,6 +147,11 @@ def test_expert_data_is_agenttraj(tmp_path):
     assert turns[1] == {"from": "gpt", "loss": False, "value": "Ok."}
     assert all(t["loss"] is True for t in turns[3:] if t["from"] == "gpt")
     assert all(t["loss"] is None for t in turns if t["from"] == "human")
+    shared = tmp_path / "shared.json"  # three processes, an env each: the same file
+    options = ["--episodes", "6", "--env-option", "levels=[GoToLocal,PutNextLocal]"]
+    result = agentgym("data", "expert", "babyai", *options, "--workers", "3", "--out", str(shared))
+    assert result.returncode == 0, result.stderr
+    assert shared.read_text() == out.read_text()
 
 
 def test_shipped_eval_config_runs_without_scheduler_or_algorithm(tmp_path, model_dir):

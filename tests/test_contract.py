@@ -222,13 +222,17 @@ def test_data_expert_counts_episodes_as_a_whole_number(agentgym, tmp_path):
     assert all(isinstance(turn["value"], str) for item in items for turn in item["conversations"])
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-processes"])
 @pytest.mark.parametrize("env", ["none-reset", "gym-step"])
-def test_sft_expert_data_of_a_broken_env_stops_the_stage(agentgym, tmp_path, tiny_model_dir, env):
+def test_sft_expert_data_of_a_broken_env_stops_the_stage(
+    agentgym, tmp_path, tiny_model_dir, env, workers
+):
+    expert = {"episodes": 2, "max_turns": 4, "workers": workers}
     config = {
         "run": {"name": "sft", "output_dir": str(tmp_path / "run"), "seed": 0},
         "model": {"path": str(tiny_model_dir)},
         "env": {"name": env},
-        "algorithm": {"name": "sft", "expert": {"episodes": 2, "max_turns": 4}},
+        "algorithm": {"name": "sft", "expert": expert},
         "trainer": {"steps": 1, "checkpoint_every": 0},
         "eval": {"num_tasks": 2, "max_turns": 2},
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -427,3 +428,62 @@ def test_shipped_dpo_pipeline_runs(tmp_path, babyai_model, mlflow_uri):
     assert results[2].model == tmp_path / "dpo" / "dpo" / "checkpoints" / "step-000002"
     assert "train/reward_margin" in results[2].metrics
     assert len(list((tmp_path / "dpo" / "sample" / "rollouts").glob("eval-train.jsonl"))) == 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"levels": ["GoToObj", "GoToLocal"]}, {"levels": "agentgym", "expert_search": 1}],
+    ids=["bot", "agentgym-search"],
+)
+def test_expert_episodes_shared_among_processes_are_those_of_one(options):
+    from agentgym_env_babyai import BabyAIConfig
+    from agentgym_env_babyai.plugin import make_babyai
+
+    from agentgym_core.data.expert import expert_items, expert_items_in_processes
+
+    config = BabyAIConfig(list_actions=False, instruction=INSTRUCTION, **options)
+    env = make_babyai(config)
+    try:
+        tasks = env.tasks("train")[:7]
+        alone = expert_items(env, "babyai", tasks, max_turns=12)
+    finally:
+        env.close()
+    shared = expert_items_in_processes(
+        functools.partial(make_babyai, config), "babyai", tasks, workers=2, max_turns=12
+    )
+    assert alone.successes > 0 and alone.env_steps > 7
+    assert shared == alone  # the same items in the same order, the same counts
+
+
+def test_an_sft_stage_shares_its_expert_episodes_among_processes_as_asked(
+    tmp_path, babyai_model, monkeypatch
+):
+    """`algorithm.expert.workers` reaches the processes; the stage's data is one process's."""
+    from agentgym_core.run import offline
+
+    shares = []
+    in_processes = offline.expert_items_in_processes
+
+    def counted(*args, **kwargs):
+        shares.append(kwargs["workers"])
+        return in_processes(*args, **kwargs)
+
+    monkeypatch.setattr(offline, "expert_items_in_processes", counted)
+    host = PluginHost()
+    written, steps = {}, {}
+    for workers in (1, 2):
+        expert = {"episodes": 10, "max_turns": 8, "workers": workers}
+        name = f"sft-{workers}"
+        path = _config(
+            tmp_path,
+            babyai_model,
+            name,
+            {"name": "sft", "expert": expert, "batch_size": 4},
+            trainer={"steps": 1, "checkpoint_every": 0},
+        )
+        trained = run_stage(load_config(path, [], host.registry), host, show_progress=False)
+        written[workers] = (tmp_path / name / "expert.json").read_text()
+        steps[workers] = trained.history[0]["data/expert_env_steps"]
+    assert shares == [2]
+    assert written[1] == written[2] and len(yaml.safe_load(written[1])) > 0
+    assert steps[1] == steps[2] > 0

@@ -13,6 +13,7 @@ under `<run.output_dir>/rollouts/`; DPO's `pairs_from` reads them.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import random
@@ -33,7 +34,11 @@ from agentgym_core.data.agenttraj import (
     tokenize,
     write_items,
 )
-from agentgym_core.data.expert import expert_items
+from agentgym_core.data.expert import (
+    ExpertEnvironment,
+    expert_items,
+    expert_items_in_processes,
+)
 from agentgym_core.interfaces import OfflineAlgorithm
 from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.sequence import Example, sequence_update
@@ -196,9 +201,20 @@ class StageData:
         )
 
     def expert_items(
-        self, *, episodes: int, split: str, max_turns: int, env_options: Mapping[str, Any], key: str
+        self,
+        *,
+        episodes: int,
+        split: str,
+        max_turns: int,
+        env_options: Mapping[str, Any],
+        key: str,
+        workers: int = 1,
     ) -> list[AgentTrajItem]:
-        """Successful expert episodes of the first `episodes` tasks, also saved as expert.json."""
+        """Successful expert episodes of the first `episodes` tasks, also saved as expert.json.
+
+        With `workers` above 1 the tasks are shared among as many processes, each with
+        its own env (`expert_items_in_processes`).
+        """
         registration, options = self.resolved.components["env"]
         merged = {**options.model_dump(), **env_options}
         try:
@@ -206,24 +222,34 @@ class StageData:
         except ValidationError as exc:
             problems = pydantic_problems(exc, registration.config, (*self.prefix, "algorithm", key))
             raise ConfigError(problems, str(self.resolved.source or "")) from None
+        timeout_s = self.resolved.root.rollout.env_timeout_s
         env = registration.factory(validated)
         try:
             try:
                 tasks = list(env.tasks(split))[:episodes]
             except ValueError as exc:
                 raise self.error("expert.split", str(exc)) from None
-            try:
-                run = expert_items(
-                    env,
-                    registration.name,
-                    tasks,
-                    max_turns=max_turns,
-                    timeout_s=self.resolved.root.rollout.env_timeout_s,
+            if not isinstance(env, ExpertEnvironment):
+                raise self.error(
+                    "expert",
+                    f"environment {registration.name!r} has no expert_action(); "
+                    "it cannot write experts",
                 )
-            except TypeError as exc:
-                raise self.error("expert", str(exc)) from None
+            if workers <= 1:
+                run = expert_items(
+                    env, registration.name, tasks, max_turns=max_turns, timeout_s=timeout_s
+                )
         finally:
             env.close()
+        if workers > 1:  # the processes make envs of their own
+            run = expert_items_in_processes(
+                functools.partial(registration.factory, validated),
+                registration.name,
+                tasks,
+                workers=workers,
+                max_turns=max_turns,
+                timeout_s=timeout_s,
+            )
         raw = run.items
         self.expert_env_steps += run.env_steps
         items = parse_items(raw, f"<expert {registration.name}>")

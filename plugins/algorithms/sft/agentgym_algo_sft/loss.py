@@ -36,6 +36,12 @@ class ExpertData(BaseModel):
     )
     split: str = Field("train", min_length=1, description="Task split the episodes come from.")
     max_turns: int = Field(64, gt=0, description="Turn limit of one expert episode.")
+    workers: int = Field(
+        1,
+        gt=0,
+        description="Processes playing the episodes at once, each with its own env (an "
+        "expert holds one core); the episodes are the same, in the same order.",
+    )
     env: dict[str, Any] = Field(
         default_factory=dict,
         description="Options merged over the stage's env block for these episodes "
@@ -101,6 +107,7 @@ class SFT:
                 max_turns=expert.max_turns,
                 env_options=expert.env,
                 key="expert.env",
+                workers=expert.workers,
             )
         examples = [
             (data.sequence(item.conversations, task_id=_task(item.task_id)),) for item in items
