@@ -233,8 +233,13 @@ def synthetic_batch(shape: Shape, vocab: int, seed: int) -> Any:
 # -- one case: open a learner through the config, update, generate -----------------------
 
 
-def open_case(folder: Path, shape: Shape, work: Path, *, lora: bool, attn: str, dtype: str) -> Any:
-    """`runtime.open_learner` on a config of the model folder (checkpointing, LoRA)."""
+def open_case(
+    folder: Path, shape: Shape, work: Path, *, lora: str | None, attn: str, dtype: str
+) -> Any:
+    """`runtime.open_learner` on a config of the model folder (checkpointing, LoRA).
+
+    `lora`: None for full fine-tuning, else the adapter's `adapter_dtype`.
+    """
     from agentgym_algo_grpo import GRPO, GRPOConfig
 
     from agentgym_core.config.schema import AgentGymConfig
@@ -247,7 +252,7 @@ def open_case(folder: Path, shape: Shape, work: Path, *, lora: bool, attn: str, 
         "attn_implementation": attn,
     }
     if lora:
-        model["lora"] = {"r": 16, "alpha": 32}
+        model["lora"] = {"r": 16, "alpha": 32, "adapter_dtype": lora}
     root = AgentGymConfig.model_validate(
         {
             "run": {"name": "gpu-check", "output_dir": str(work), "seed": 0},
@@ -378,7 +383,7 @@ def run_case(
     folder: Path,
     shape: Shape,
     *,
-    lora: bool,
+    lora: str | None,
     attn: str,
     peak: float | None,
     dtype: str = "bfloat16",
@@ -400,6 +405,7 @@ def run_case(
             "sharded": learner.sharded,
             "attention": getattr(model.config, "_attn_implementation", None),
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "trained_dtype": _trained_dtype(model),
             "mixed_precision": str(learner.accelerator.mixed_precision),
         }
         vocab = model.get_input_embeddings().weight.shape[0]
@@ -415,6 +421,12 @@ def run_case(
     _free()
     row["status"] = "ok" if row["finite"] else "failed: loss or gradient not finite"
     return row
+
+
+def _trained_dtype(model: Any) -> str:
+    """The dtype of the weights the optimizer's gradients come from (an adapter's, with LoRA)."""
+    trained = next(p for p in model.parameters() if p.requires_grad)
+    return str(trained.dtype).removeprefix("torch.")
 
 
 # -- the plan: which cases, on which shapes ---------------------------------------------
@@ -443,6 +455,10 @@ def _param_estimate(shape: Shape) -> int:
     return shape.layers * layer + embed
 
 
+LORA_CASES = {"lora": "float32", "lora, bf16 adapter": "model"}
+"""A LoRA case's name (after its size) -> its `model.lora.adapter_dtype`."""
+
+
 def lora_available() -> str | None:
     """None when `model.lora` exists in the config schema; else why LoRA cases are skipped."""
     from agentgym_core.config.schema import ModelConfig
@@ -460,6 +476,7 @@ def plan(sizes: list[str], info: dict[str, Any], fsdp: bool) -> list[tuple[str, 
     for size in sizes:
         cases.append((f"{size} full", size, full_finetune_fits(SHAPES[size], info["memory_gib"])))
         cases.append((f"{size} lora", size, lora_available()))
+        cases.append((f"{size} lora, bf16 adapter", size, lora_available()))
         if fsdp and size in ("tiny", "0.5b"):
             cases.append((f"{size} full fsdp2 (1 process)", size, "fsdp"))
     return cases
@@ -502,7 +519,7 @@ def fsdp_worker(folder: Path, size: str, attn: str, out: Path) -> None:
         _fsdp_on_cpu()
     peak = machine()["peak_bf16_tflops"]
     peak = peak and peak * 1e12
-    row = run_case("fsdp", folder, SHAPES[size], lora=False, attn=attn, peak=peak, dtype="float32")
+    row = run_case("fsdp", folder, SHAPES[size], lora=None, attn=attn, peak=peak, dtype="float32")
     out.write_text(json.dumps(row))
 
 
@@ -547,7 +564,7 @@ def check(sizes: list[str], attn: str, fsdp: bool, work: Path) -> dict[str, Any]
                 row = {"case": name, **launch_fsdp(built[size], size, attn, timeout=420)}
                 row["case"] = name
             else:
-                lora = name.endswith("lora")
+                lora = LORA_CASES.get(name.removeprefix(f"{size} "))
                 row = run_case(name, built[size], SHAPES[size], lora=lora, attn=attn, peak=peak)
         except Exception as error:  # noqa: BLE001 - one case's failure is a row of the table
             row = {"case": name, "status": f"failed: {type(error).__name__}: {error}"[:400]}

@@ -49,10 +49,11 @@ def test_the_smoke_check_runs_every_case_and_writes_its_summary(tmp_path):
     for key in ("name", "torch", "transformers", "accelerate", "peft", "peak_bf16_tflops"):
         assert key in result["machine"]
     cases = {row["case"]: row for row in result["cases"]}
-    assert list(cases) == ["tiny full", "tiny lora", "tiny full fsdp2 (1 process)"]
+    lora_cases = ["tiny lora", "tiny lora, bf16 adapter"]
+    assert list(cases) == ["tiny full", *lora_cases, "tiny full fsdp2 (1 process)"]
     for name, row in cases.items():
         if row["status"].startswith("skipped"):
-            assert name == "tiny lora", row  # only before model.lora exists
+            assert name in lora_cases, row  # only before model.lora exists
             continue
         assert row["status"] == "ok", row
         assert row["train_tokens_per_s"] > 0 and row["finite"]
@@ -60,6 +61,10 @@ def test_the_smoke_check_runs_every_case_and_writes_its_summary(tmp_path):
             assert key in row, key
         assert torch.device(row["weights_on"]).type == torch.device(row["device"]).type
     assert cases["tiny full"]["dtype"] == "bfloat16"
+    trained = {name: cases[name].get("trained_dtype") for name in ["tiny full", *lora_cases]}
+    assert trained == {"tiny full": "bfloat16", "tiny lora": "float32"} | {
+        "tiny lora, bf16 adapter": "bfloat16"
+    }
     assert cases["tiny full"]["gen_tokens_per_s"] > 0
     assert cases["tiny full fsdp2 (1 process)"]["sharded"] is True
     assert set(cases["tiny full"]["gen_s"]) == {"prefill", "decode", "sampling", "kv_cache"}
@@ -112,7 +117,7 @@ def test_the_summary_goes_where_it_is_asked(gpu_check, monkeypatch, tmp_path):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("lora", [None, "float32", "model"], ids=["full", "lora", "lora-bf16"])
 def test_a_bf16_update_and_generation_run_on_the_gpu(gpu_check, tmp_path, lora):
     if lora and gpu_check.lora_available():
         pytest.skip(gpu_check.lora_available())

@@ -69,8 +69,10 @@ def babyai_model(tmp_path_factory) -> Path:
     return init_model(texts, tmp_path_factory.mktemp("model"), TinyModelConfig(vocab_size=400))
 
 
-@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("lora", [None, "float32", "model"])
 def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora):
+    """Full fine-tuning, a float32 adapter (PEFT's default) and a bfloat16 one
+    (`adapter_dtype: model`): the low-precision trained weights step through masters."""
     raw = {
         "run": {"name": "bf16", "output_dir": str(tmp_path / "straight"), "seed": 5},
         "model": {"path": str(babyai_model), "dtype": "bfloat16"},
@@ -88,7 +90,7 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
         "tracking": {"log_trajectories": 0, "traces": False},
     }
     if lora:
-        raw["model"]["lora"] = {"r": 4, "alpha": 8}
+        raw["model"]["lora"] = {"r": 4, "alpha": 8, "adapter_dtype": lora}
     path = tmp_path / "bf16.yaml"
     path.write_text(yaml.safe_dump(raw))
     host = PluginHost()
@@ -106,15 +108,30 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
             ), (step, key)
     state = torch.load(Path(straight.checkpoint) / "trainer_state.pt", weights_only=False)
     masters = state["extra"]["learner"].get("masters", [])
-    if lora:
+    if lora == "float32":
         assert masters == []  # PEFT keeps the adapter in float32: nothing to copy
+        assert _adapter_dtypes(straight.checkpoint) == {torch.float32}
     else:
         assert masters and all(m.dtype == torch.float32 for m in masters)
+        assert any(  # the masters hold more than their bfloat16 rounding
+            not torch.equal(m, m.to(torch.bfloat16).float()) for m in masters
+        )
+    if lora == "model":  # one master per adapter matrix (A and B of each adapted layer)
+        assert _adapter_dtypes(straight.checkpoint) == {torch.bfloat16}
+        assert len(masters) == len(_adapter_weights(straight.checkpoint))
+    if lora is None:
         from transformers import AutoModelForCausalLM
 
         saved = AutoModelForCausalLM.from_pretrained(straight.checkpoint, dtype="auto")
         assert next(saved.parameters()).dtype == torch.bfloat16
-        assert any(  # the masters hold more than their bfloat16 rounding
-            not torch.equal(m, m.to(torch.bfloat16).float()) for m in masters
-        )
     assert all(torch.isfinite(torch.tensor(h["train/loss"])) for h in straight.history)
+
+
+def _adapter_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
+    from agentgym_core.learner.lora import load_file_weights
+
+    return load_file_weights(checkpoint)
+
+
+def _adapter_dtypes(checkpoint: str | Path) -> set[torch.dtype]:
+    return {w.dtype for w in _adapter_weights(checkpoint).values()}

@@ -92,6 +92,12 @@ class LoraConfig(_Block):
     use_rslora: bool = Field(
         False, description="Rank-stabilised scaling alpha / sqrt(r) (Kalajdzievski 2023)."
     )
+    adapter_dtype: Literal["float32", "model"] = Field(
+        "float32",
+        description="float32: PEFT's default, the adapter computes in float32 on a lower-precision "
+        "base (no master copies, a cast around each adapted layer); model: the adapter in "
+        "`model.dtype`, stepped through float32 master copies as full fine-tuning is.",
+    )
 
     @model_validator(mode="after")
     def _peft_installed(self) -> LoraConfig:

@@ -46,8 +46,10 @@ def adapter_base(folder: str | Path) -> Path:
 def add_adapter(model: Any, options: Any, *, base_path: str | Path) -> Any:
     """`model` wrapped with a fresh adapter as `options` (a `model.lora` block) describe.
 
-    The adapter's weights stay in float32 on a lower-precision base (PEFT's
-    autocast), so they need no master copies.
+    By default the adapter's weights stay in float32 on a lower-precision base
+    (PEFT's autocast), so they need no master copies. `adapter_dtype: model`
+    keeps them in the base's dtype instead: no casts around each adapted layer,
+    and the learner steps their float32 masters (`precision`).
     """
     from peft import LoraConfig, get_peft_model
 
@@ -61,7 +63,8 @@ def add_adapter(model: Any, options: Any, *, base_path: str | Path) -> Any:
         use_rslora=options.use_rslora,
         task_type="CAUSAL_LM",
     )
-    wrapped = get_peft_model(model, config)
+    autocast = options.adapter_dtype == "float32"
+    wrapped = get_peft_model(model, config, autocast_adapter_dtype=autocast)
     wrapped.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
     return wrapped
 

@@ -8,7 +8,8 @@ their rounded values after each step (mixed precision with master weights, as
 DeepSpeed's and Megatron's bf16 optimizers do). Memory per trained weight: 2
 bytes of weight, 2 of gradient, 4 of master and 8 of AdamW state. A LoRA
 adapter on a bfloat16 base is float32 already (PEFT keeps it so) and needs no
-copy; the frozen base costs 2 bytes per weight.
+copy, unless `model.lora.adapter_dtype: model` keeps it in bfloat16 too; the
+frozen base costs 2 bytes per weight.
 """
 
 from __future__ import annotations
