@@ -250,9 +250,10 @@ def test_summary_has_a_row_per_compared_pair_with_steps_and_drops(scenario):
     table = summary_table([(scenario, results)]).splitlines()
     assert table[0].startswith("| scenario | first arm - second arm | paired difference |")
     # differences +0.1 and +0.2: mean 0.15, sd 0.0707, t(1) 12.706 -> half-width 0.635;
-    # env steps 4 per update: 6 updates against 3 is 2x; drops (0.167 + 0) / 2 against 0
+    # env steps 4 per update: 6 updates against 3 is 2x; drops (0.167 + 0) / 2 against 0,
+    # paired 0 - 0.167 and 0 - 0: mean -0.083, sd 0.118, half-width 12.706 * 0.083 = 1.059
     row = "| toy | ScalingInter - fixed 2 | test: +0.150 ± 0.635: no difference shown | 2.00x "
-    assert table[2] == row + "| 0.00 / 0.08 | 0, 1 |"
+    assert table[2] == row + "| 0.00 / 0.08; -0.083 ± 1.059: no difference shown | 0, 1 |"
     assert summary_table([(scenario, results[:2])]) == ""  # no pair ran: no table
     scenario.arms["short"].overrides = {}  # an arm without a fixed horizon (SFT, say)
     assert summary_table([(scenario, results)]) == ""  # RL against it is no horizon comparison
@@ -286,6 +287,21 @@ def test_report_has_command_tables_paper_missing_runs_and_notes(scenario, tmp_pa
     assert "Not run yet (5): untrained seed 1, short seed 0" in readme
     assert readme.rstrip().endswith("Reading: nothing learned yet.")
     assert (tmp_path / "out" / "toy.png").exists()
+
+
+def test_the_summary_reading_follows_the_summary_table(scenario, tmp_path):
+    pytest.importorskip("matplotlib")
+    data = tmp_path / "data" / "toy"
+    data.mkdir(parents=True)
+    for arm, seed, score in [("short", 0, 0.5), ("short", 1, 0.7), ("si", 0, 0.6), ("si", 1, 0.9)]:
+        result = _result(arm, seed, score, {}, curve=[0.5] * (6 if arm == "si" else 3))
+        (data / f"{arm}-seed{seed}.json").write_text(json.dumps(result))
+    notes = tmp_path / "out" / "notes"
+    notes.mkdir(parents=True)
+    (notes / "summary.md").write_text("Answer: ScalingInter ties fixed 2.")
+    readme = write_report([scenario], tmp_path / "data", tmp_path / "out").read_text()
+    table = readme.index("| toy | ScalingInter - fixed 2 |")
+    assert table < readme.index("Answer: ScalingInter ties fixed 2.") < readme.index("## Toy")
 
 
 def test_arm_overrides_merge_and_a_renamed_component_replaces_its_block(tmp_path):

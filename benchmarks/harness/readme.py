@@ -56,8 +56,9 @@ horizon less stable? One row per compared pair of arms, from the scenario sectio
 the paired difference of each evaluation (mean ± 95% half-width over seeds; an interval that
 holds 0 says "no difference shown"), the first arm's training env steps over the second's,
 and each arm's largest drop of training success (moving average over {smooth} updates),
-first arm / second arm, averaged over seeds. `python benchmarks/results.py --report` writes it
-from the kept results; the command that made a row's runs is in its scenario's section.
+first arm / second arm, averaged over seeds, with their paired difference (first - second).
+`python benchmarks/results.py --report` writes it from the kept results; the command that
+made a row's runs is in its scenario's section.
 """
 
 
@@ -128,6 +129,9 @@ def write_report(scenarios: list[Scenario], data: Path, out: Path, *, smoke: boo
     summary = summary_table([(s, results.get(s.name, [])) for s in scenarios if s.compare])
     if summary:
         sections += [SUMMARY.format(smooth=SMOOTH), summary, ""]
+        reading = out / "notes" / "summary.md"  # the answer across scenarios, hand-written
+        if reading.exists():
+            sections += [reading.read_text().strip(), ""]
     sections += [scenario_section(s, results.get(s.name, []), out, shared) for s in scenarios]
     path = out / "README.md"
     path.write_text("\n".join(sections))

@@ -171,13 +171,14 @@ def _pair_label(scenario: Scenario, first: str, other: str) -> str:
 
 def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) -> str:
     """One row per `compare` pair of a ScalingInter arm: the paired difference of each evaluation,
-    the env steps of the first arm over the second's, and each arm's mean largest drop.
+    the env steps of the first arm over the second's, and each arm's mean largest drop
+    with the paired difference of the drops (first - second, seed by seed).
 
     The table that answers "does ScalingInter match the best fixed horizon with fewer env
     steps, and is the long fixed horizon less stable?" in one place.
     """
     header = ["scenario", "first arm - second arm", "paired difference", "env steps"]
-    header += [f"largest drop (MA{SMOOTH}), mean", "seeds"]
+    header += [f"largest drop (MA{SMOOTH}): means, paired difference", "seeds"]
     rows = [header, ["---"] * len(header)]
     for scenario, results in scenarios:
         by_seed = _by_seed(results)
@@ -194,7 +195,11 @@ def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) ->
                 b = [by_seed[other, s] for s in seeds]
                 steps = sum(r["cost"]["env_steps"] for r in b)
                 ratio = sum(r["cost"]["env_steps"] for r in a) / steps if steps else math.nan
-                drops = f"{_mean(_drops(a)):.2f} / {_mean(_drops(b)):.2f}"
+                drops_a, drops_b = _drops(a), _drops(b)
+                drops = f"{_mean(drops_a):.2f} / {_mean(drops_b):.2f}"
+                if len(drops_a) == len(drops_b):  # every run of both arms has RL updates
+                    paired_drops = [x - y for x, y in zip(drops_a, drops_b, strict=True)]
+                    drops += f"; {_difference(paired_drops)}"
                 label = _pair_label(scenario, first, other)
                 row = [scenario.name, label, differences, f"{ratio:.2f}x", drops]
                 rows.append([*row, ", ".join(map(str, seeds))])
