@@ -475,8 +475,7 @@ def plan(sizes: list[str], info: dict[str, Any], fsdp: bool) -> list[tuple[str, 
     cases: list[tuple[str, str, Any]] = []
     for size in sizes:
         cases.append((f"{size} full", size, full_finetune_fits(SHAPES[size], info["memory_gib"])))
-        cases.append((f"{size} lora", size, lora_available()))
-        cases.append((f"{size} lora, bf16 adapter", size, lora_available()))
+        cases += [(f"{size} {lora}", size, lora_available()) for lora in LORA_CASES]
         if fsdp and size in ("tiny", "0.5b"):
             cases.append((f"{size} full fsdp2 (1 process)", size, "fsdp"))
     return cases

@@ -10,6 +10,7 @@ import yaml
 
 from agentgym_core import hookimpl
 from agentgym_core.config.load import load_config
+from agentgym_core.learner.lora import load_file_weights
 from agentgym_core.learner.precision import MasterWeights
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.kinds import run_stage
@@ -118,7 +119,7 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
         )
     if lora == "model":  # one master per adapter matrix (A and B of each adapted layer)
         assert _adapter_dtypes(straight.checkpoint) == {torch.bfloat16}
-        assert len(masters) == len(_adapter_weights(straight.checkpoint))
+        assert len(masters) == len(load_file_weights(straight.checkpoint))
     if lora is None:
         from transformers import AutoModelForCausalLM
 
@@ -127,11 +128,5 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
     assert all(torch.isfinite(torch.tensor(h["train/loss"])) for h in straight.history)
 
 
-def _adapter_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
-    from agentgym_core.learner.lora import load_file_weights
-
-    return load_file_weights(checkpoint)
-
-
 def _adapter_dtypes(checkpoint: str | Path) -> set[torch.dtype]:
-    return {w.dtype for w in _adapter_weights(checkpoint).values()}
+    return {w.dtype for w in load_file_weights(checkpoint).values()}

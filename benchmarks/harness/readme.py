@@ -96,10 +96,13 @@ def scenario_section(
         lines += [f"Not run yet ({len(missing)}): " + ", ".join(missing) + ".", ""]
     if reruns := reruns_line(results):
         lines += [reruns, ""]
-    notes = out / "notes" / f"{scenario.name}.md"
-    if notes.exists():
-        lines += [notes.read_text().strip(), ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _reading(out, scenario.name))
+
+
+def _reading(out: Path, name: str) -> list[str]:
+    """The hand-written `notes/<name>.md`, as lines of the report (none when absent)."""
+    notes = out / "notes" / f"{name}.md"
+    return [notes.read_text().strip(), ""] if notes.exists() else []
 
 
 def _paper(paper: dict[str, Any]) -> str:
@@ -129,9 +132,7 @@ def write_report(scenarios: list[Scenario], data: Path, out: Path, *, smoke: boo
     summary = summary_table([(s, results.get(s.name, [])) for s in scenarios if s.compare])
     if summary:
         sections += [SUMMARY.format(smooth=SMOOTH), summary, ""]
-        reading = out / "notes" / "summary.md"  # the answer across scenarios, hand-written
-        if reading.exists():
-            sections += [reading.read_text().strip(), ""]
+        sections += _reading(out, "summary")  # the answer across scenarios
     sections += [scenario_section(s, results.get(s.name, []), out, shared) for s in scenarios]
     path = out / "README.md"
     path.write_text("\n".join(sections))

@@ -195,10 +195,8 @@ def summary_table(scenarios: Sequence[tuple[Scenario, list[dict[str, Any]]]]) ->
                 b = [by_seed[other, s] for s in seeds]
                 steps = sum(r["cost"]["env_steps"] for r in b)
                 ratio = sum(r["cost"]["env_steps"] for r in a) / steps if steps else math.nan
-                drops_a, drops_b = _drops(a), _drops(b)
-                drops = f"{_mean(drops_a):.2f} / {_mean(drops_b):.2f}"
-                if len(drops_a) == len(drops_b):  # every run of both arms has RL updates
-                    paired_drops = [x - y for x, y in zip(drops_a, drops_b, strict=True)]
+                drops = f"{_mean(_drops(a)):.2f} / {_mean(_drops(b)):.2f}"
+                if paired_drops := _paired_drops(a, b):
                     drops += f"; {_difference(paired_drops)}"
                 label = _pair_label(scenario, first, other)
                 row = [scenario.name, label, differences, f"{ratio:.2f}x", drops]
@@ -213,7 +211,19 @@ def _scheduler(scenario: Scenario, arm: str) -> str | None:
 
 def _drops(results: list[dict[str, Any]]) -> list[float]:
     """Per run with RL updates: the largest drop of its smoothed training success."""
-    return [largest_drop(moving_average(c)) for r in results if (c := _rl_curve(r, "success"))]
+    return [_largest(c) for r in results if (c := _rl_curve(r, "success"))]
+
+
+def _paired_drops(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[float]:
+    """Seed by seed (the lists are in the same seed order), where both runs have RL updates:
+    the first run's largest drop minus the second's."""
+    pairs = zip(first, second, strict=True)
+    curves = [(_rl_curve(x, "success"), _rl_curve(y, "success")) for x, y in pairs]
+    return [_largest(c) - _largest(d) for c, d in curves if c and d]
+
+
+def _largest(curve: list[float]) -> float:
+    return largest_drop(moving_average(curve))
 
 
 def _mean(values: list[float]) -> float:
