@@ -470,15 +470,33 @@ def lora_available() -> str | None:
     return None
 
 
-def plan(sizes: list[str], info: dict[str, Any], fsdp: bool) -> list[tuple[str, str, Any]]:
-    """(case name, shape key, what to run or why not) for every case, in order."""
-    cases: list[tuple[str, str, Any]] = []
+CASES = {"full": "full", "lora": "lora", "lora-bf16": "lora, bf16 adapter", "fsdp2": "full fsdp2"}
+"""`--cases` keys -> each case's name after its size, in the check's default order."""
+
+
+def plan(
+    sizes: list[str], info: dict[str, Any], fsdp: bool, cases: list[str] | None = None
+) -> list[tuple[str, str, Any]]:
+    """(case name, shape key, what to run or why not) for every case, in order.
+
+    `cases` picks keys of CASES and their order within each size (to alternate the
+    order across processes when comparing two cases); by default all of them.
+    """
+    unknown = sorted(set(cases or ()) - set(CASES))
+    if unknown:
+        raise ValueError(f"--cases: unknown {unknown}; known: {', '.join(CASES)}")
+    planned: list[tuple[str, str, Any]] = []
     for size in sizes:
-        cases.append((f"{size} full", size, full_finetune_fits(SHAPES[size], info["memory_gib"])))
-        cases += [(f"{size} {lora}", size, lora_available()) for lora in LORA_CASES]
-        if fsdp and size in ("tiny", "0.5b"):
-            cases.append((f"{size} full fsdp2 (1 process)", size, "fsdp"))
-    return cases
+        for key in cases or list(CASES):
+            if key == "full":
+                fits = full_finetune_fits(SHAPES[size], info["memory_gib"])
+                planned.append((f"{size} full", size, fits))
+            elif key == "fsdp2":
+                if fsdp and size in ("tiny", "0.5b"):
+                    planned.append((f"{size} full fsdp2 (1 process)", size, "fsdp"))
+            else:
+                planned.append((f"{size} {CASES[key]}", size, lora_available()))
+    return planned
 
 
 # -- FSDP2: the same update in one process under `accelerate launch --use_fsdp` ----------
@@ -545,12 +563,14 @@ def _fsdp_on_cpu() -> None:
 # -- the whole check -------------------------------------------------------------------
 
 
-def check(sizes: list[str], attn: str, fsdp: bool, work: Path) -> dict[str, Any]:
+def check(
+    sizes: list[str], attn: str, fsdp: bool, work: Path, cases: list[str] | None = None
+) -> dict[str, Any]:
     """Every case of `sizes`: a result row each, failures and skips included."""
     info = machine()
     peak = info["peak_bf16_tflops"] and info["peak_bf16_tflops"] * 1e12
     rows, built = [], {}
-    for name, size, what in plan(sizes, info, fsdp):
+    for name, size, what in plan(sizes, info, fsdp, cases):
         print(f"[gpu-check] {name} ...", flush=True)
         if isinstance(what, str) and what.startswith("skipped"):
             rows.append({"case": name, "status": what})
@@ -663,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
         "sdpa, flash_attention_2 or eager",
     )  # fmt: skip
     parser.add_argument("--no-fsdp", action="store_true", help="skip the FSDP2 process")
+    parser.add_argument(
+        "--cases", default=None, help=f"comma-separated of {', '.join(CASES)}, run in that order"
+    )
     parser.add_argument("--json", default=None, help="where to write the JSON summary")
     parser.add_argument(
         "--generation-only", action="store_true", help="time the hf policy's batch alone"
@@ -682,7 +705,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.generation_only:
             result = check_generation(sizes, attn, args.repeats, Path(work))
         else:
-            result = check(sizes, attn, not args.no_fsdp, Path(work))
+            cases = args.cases.split(",") if args.cases else None
+            result = check(sizes, attn, not args.no_fsdp, Path(work), cases)
     result["smoke"] = args.smoke
     result["seconds"] = round(time.perf_counter() - start, 1)
     result["mlflow_imported"] = "mlflow" in sys.modules

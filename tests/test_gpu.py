@@ -103,6 +103,19 @@ def test_the_card_table_and_the_plan(gpu_check):
     assert gpu_check.full_finetune_fits(half, 79.2) is None
 
 
+def test_the_plan_runs_the_cases_asked_in_their_order(gpu_check):
+    info = {"memory_gib": 79.2}
+    names = [name for name, _, _ in gpu_check.plan(["tiny", "7b"], info, fsdp=True)]
+    assert names == [
+        *("tiny full", "tiny lora", "tiny lora, bf16 adapter", "tiny full fsdp2 (1 process)"),
+        *("7b full", "7b lora", "7b lora, bf16 adapter"),  # FSDP2 runs at the small sizes only
+    ]
+    reversed_lora = gpu_check.plan(["0.5b"], info, fsdp=True, cases=["lora-bf16", "lora"])
+    assert [name for name, _, _ in reversed_lora] == ["0.5b lora, bf16 adapter", "0.5b lora"]
+    with pytest.raises(ValueError, match=r"--cases: unknown \['qlora'\]; known: full, lora"):
+        gpu_check.plan(["tiny"], info, fsdp=False, cases=["lora", "qlora"])
+
+
 def test_the_summary_goes_where_it_is_asked(gpu_check, monkeypatch, tmp_path):
     monkeypatch.delenv("AGENTGYM_GPU_CHECK_JSON", raising=False)
     monkeypatch.delenv("OUT", raising=False)
