@@ -259,6 +259,19 @@ def test_summary_has_a_row_per_compared_pair_with_steps_and_drops(scenario):
     assert summary_table([(scenario, results)]) == ""  # RL against it is no horizon comparison
 
 
+def test_drops_pair_seed_by_seed_when_a_run_has_no_rl_updates():
+    from benchmarks.harness.report import _paired_drops
+
+    rises_and_falls, flat = [0.0, 1.0, 0.0], [0.5] * 3  # MA10 drops 0.167 and 0
+    first = [_result("si", 0, 0.5, {}, curve=rises_and_falls), _result("si", 1, 0.5, {})]
+    first.append(_result("si", 2, 0.5, {}, curve=flat))
+    second = [
+        _result("short", s, 0.5, {}, curve=c) for s, c in enumerate([flat, flat, rises_and_falls])
+    ]
+    # seed 1's first run has no RL curve: it is left out, and seed 2 still meets seed 2
+    assert _paired_drops(first, second) == pytest.approx([0.5 / 3, -0.5 / 3])
+
+
 def test_plot_draws_curves_with_stage_lines(scenario, tmp_path):
     pytest.importorskip("matplotlib")
     import matplotlib.image
