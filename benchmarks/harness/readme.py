@@ -38,11 +38,15 @@ model, and an interval that holds 0 says "no difference shown";
 "largest drop" is, per seed, the largest fall of training success (moving
 average over {smooth} updates) below its running best. Costs are per run:
 training wall time on a 2-core CPU machine with nothing else of ours running
-(marked * where a run overlapped another kept run: sharing the machine slows a run but
-does not change its scores, since runs are seeded and synchronous; babyai-long's fixed 4,
+(marked * where a run overlapped another kept run: sharing the machine slows a run; it
+mostly leaves its scores alone, since runs are seeded and synchronous: babyai-long's fixed 4,
 seed 1, run again beside a search run, gave the idle run's training curve and evaluation
 exactly, timings aside: `python benchmarks/results.py --scenario babyai-long --seeds 1
---arms fixed-short --data check --work check`, then compare the two JSONs' `curve` and `evals`),
+--arms fixed-short --data check --work check`, then compare the two JSONs' `curve` and `evals`.
+Not always: the `hf` policy batches whatever requests are pending, a batch's shape moves
+its logits in the last bits, and where two tokens nearly tie a seeded draw can flip, so a
+long run can part from its twin; each scenario's section lists the runs trained again that
+did not repeat),
 env steps (actions taken: in training rollouts, and the expert's in making SFT
 data; "not counted" for SFT runs kept before the expert's were counted) and
 sampled tokens in training rollouts. An SFT -> RL row's cost is the RL run's
