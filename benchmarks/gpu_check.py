@@ -470,7 +470,12 @@ def lora_available() -> str | None:
     return None
 
 
-CASES = {"full": "full", "lora": "lora", "lora-bf16": "lora, bf16 adapter", "fsdp2": "full fsdp2"}
+CASES = {
+    "full": "full",
+    "lora": "lora",
+    "lora-bf16": "lora, bf16 adapter",
+    "fsdp2": "full fsdp2 (1 process)",
+}
 """`--cases` keys -> each case's name after its size, in the check's default order."""
 
 
@@ -488,14 +493,14 @@ def plan(
     planned: list[tuple[str, str, Any]] = []
     for size in sizes:
         for key in cases or list(CASES):
+            name = f"{size} {CASES[key]}"
             if key == "full":
-                fits = full_finetune_fits(SHAPES[size], info["memory_gib"])
-                planned.append((f"{size} full", size, fits))
+                planned.append((name, size, full_finetune_fits(SHAPES[size], info["memory_gib"])))
             elif key == "fsdp2":
                 if fsdp and size in ("tiny", "0.5b"):
-                    planned.append((f"{size} full fsdp2 (1 process)", size, "fsdp"))
+                    planned.append((name, size, "fsdp"))
             else:
-                planned.append((f"{size} {CASES[key]}", size, lora_available()))
+                planned.append((name, size, lora_available()))
     return planned
 
 

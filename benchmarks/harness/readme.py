@@ -43,10 +43,10 @@ mostly leaves its scores alone, since runs are seeded and synchronous: babyai-lo
 seed 1, run again beside a search run, gave the idle run's training curve and evaluation
 exactly, timings aside: `python benchmarks/results.py --scenario babyai-long --seeds 1
 --arms fixed-short --data check --work check`, then compare the two JSONs' `curve` and `evals`.
-Not always: the `hf` policy batches whatever requests are pending, a batch's shape moves
-its logits in the last bits, and where two tokens nearly tie a seeded draw can flip, so a
-long run can part from its twin; each scenario's section lists the runs trained again that
-did not repeat),
+Not always: some runs trained again part from their twins after dozens of updates; our
+unproven guess is that the `hf` policy batches whatever requests are pending, a batch's
+shape moves its logits in the last bits, and a near-tie then flips a seeded draw. Each
+scenario's section lists the runs trained again that did not repeat),
 env steps (actions taken: in training rollouts, and the expert's in making SFT
 data; "not counted" for SFT runs kept before the expert's were counted) and
 sampled tokens in training rollouts. An SFT -> RL row's cost is the RL run's
