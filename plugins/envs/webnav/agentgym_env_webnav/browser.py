@@ -57,6 +57,13 @@ core.startEpisodeReal();
 return WOB_TASK_READY;
 """
 
+_PAGE_LOADED = """
+return document.readyState === 'complete' && window.core !== undefined && core.cover_div !== null;
+"""
+"""The page's `window.onload` has run `core.startEpisode()`, which builds the click canvas and
+the cover that `startEpisodeReal` uses. A start once failed on the missing canvas (the full
+suite, enter-text): `driver.get` had returned before the page's onload ran, so wait for it."""
+
 _SETTLE = """
 var done = arguments[arguments.length - 1];
 setTimeout(done, arguments[0]);  // timers are due in order: earlier ones have run by then
@@ -235,14 +242,19 @@ class Browser:
         self.start()
         with self._guard(f"loading {task}"):
             self.driver.get((self._html_dir / f"{task}.html").as_uri())
-            ready = self.driver.execute_script(_START_EPISODE, seed, mode)
             deadline = time.monotonic() + self.config.page_timeout_s
-            while not ready:  # some tasks build their page asynchronously
-                if time.monotonic() > deadline:
-                    raise BrowserError(f"task {task} did not become ready")
-                time.sleep(0.02)
-                ready = self.driver.execute_script("return WOB_TASK_READY;")
+            self._wait(task, _PAGE_LOADED, deadline, "did not finish loading")
+            if not self.driver.execute_script(_START_EPISODE, seed, mode):
+                # some tasks build their page asynchronously
+                self._wait(task, "return WOB_TASK_READY;", deadline, "did not become ready")
         return self.snapshot()
+
+    def _wait(self, task: str, condition: str, deadline: float, failure: str) -> None:
+        """Poll the page until the script `condition` returns true; BrowserError at `deadline`."""
+        while not self.driver.execute_script(condition):
+            if time.monotonic() > deadline:
+                raise BrowserError(f"task {task} {failure}")
+            time.sleep(0.02)
 
     def snapshot(self) -> dict[str, Any]:
         """Utterance, DOM tree (with fresh refs), select options, and MiniWoB's done/reward.

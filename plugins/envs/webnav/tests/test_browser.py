@@ -96,3 +96,32 @@ def test_crash_raises_then_the_next_reset_starts_a_new_browser(chromium):
         assert env.step(env.expert_action()).info["success"]  # click-button is one click
     finally:
         env.close()
+
+
+def test_an_episode_starts_only_after_the_page_onload_has_run(chromium, tmp_path):
+    """`driver.get` can return before a page's onload builds MiniWoB's canvas and cover.
+
+    The copy of click-button here runs its onload's `core.startEpisode()` 300 ms late: an
+    episode started at once would fail on the missing canvas (`getContext` of null).
+    """
+    from agentgym_env_webnav.browser import Browser
+    from agentgym_env_webnav.config import miniwob_html_dir
+
+    html = miniwob_html_dir()
+    for shared in ("core", "common"):
+        (tmp_path / shared).symlink_to(html.parent / shared)
+    (tmp_path / "miniwob").mkdir()
+    page = (html / "click-button.html").read_text()
+    onload = "window.onload = function() {\n  core.startEpisode();"
+    assert onload in page
+    late = "window.onload = function() {\n  setTimeout(core.startEpisode, 300);"
+    (tmp_path / "miniwob" / "click-button-late.html").write_text(page.replace(onload, late))
+
+    browser = Browser(WebNavConfig(train_seeds=1, test_seeds=1))
+    browser._html_dir = tmp_path / "miniwob"
+    try:
+        first = browser.start_episode("click-button-late", seed=3, mode="train")
+        assert first["utterance"].startswith('Click on the "')
+        assert browser.driver.execute_script("return core.cover_div.style.display;") == "none"
+    finally:
+        browser.close()
