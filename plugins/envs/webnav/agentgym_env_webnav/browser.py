@@ -58,7 +58,7 @@ return WOB_TASK_READY;
 """
 
 _PAGE_LOADED = """
-return document.readyState === 'complete' && window.core !== undefined && core.cover_div !== null;
+return window.core !== undefined && core.cover_div !== null;
 """
 """The page's `window.onload` has run `core.startEpisode()`, which builds the click canvas and
 the cover that `startEpisodeReal` uses. A start once failed on the missing canvas (the full
