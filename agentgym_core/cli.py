@@ -51,11 +51,12 @@ def _load(config: str, overrides: Sequence[str], host):
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Run every stage of a config (a plain config is one train stage)."""
+    host = plugin_host()
+    resolved = _load(args.config, args.overrides, host)  # config errors before heavy imports
+
     from agentgym_core import distributed
     from agentgym_core.run.pipeline import run_pipeline
 
-    host = plugin_host()
-    resolved = _load(args.config, args.overrides, host)
     results = run_pipeline(resolved, host, show_progress=not args.no_progress, quiet=args.quiet)
     if distributed.is_main():
         for result in results:
@@ -75,6 +76,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     A config whose stages are all `eval` compares them instead: each stage (its
     own policy, e.g. an API model, or model.path) is one row of one table.
     """
+    host = plugin_host()
+    resolved = _load(args.config, args.overrides, host)  # config errors before heavy imports
+
     from agentgym_core import distributed
     from agentgym_core.run.eval_stage import (
         comparison_table,
@@ -87,8 +91,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentgym_core.run.evaluate import partial_note
     from agentgym_core.run.recovery import env_errors, last_error
 
-    host = plugin_host()
-    resolved = _load(args.config, args.overrides, host)
     if is_comparison(resolved):
         results = run_comparison(resolved, host)
         if not distributed.is_main():

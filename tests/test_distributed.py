@@ -180,7 +180,9 @@ def one_process(tmp_path_factory, gotoobj_model):
 
 
 @pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
-def test_two_ranks_train_and_resume_as_one_process(tmp_path, one_process, mode, cpu_contention):
+def test_two_ranks_train_and_resume_as_one_process(tmp_path, one_process, mode, request):
+    if mode == "ddp":  # exactness must not need a quiet machine; one mode shows it (CI's time)
+        request.getfixturevalue("cpu_contention")
     config, single = one_process
     out = tmp_path / "two"
     _launch(config, mode, f"run.output_dir={out}", "trainer.steps=1")  # stop after one update ...

@@ -170,14 +170,14 @@ def test_protocol_conformance(env):
 
 @pytest.mark.slow
 def test_gold_path_wins_a_sample_of_every_default_type(java):
-    """Three random test variations of each of the 23 default types (one to two minutes)."""
+    """A random test variation of each of the 23 default types (about half a minute)."""
     env = SciWorldEnv(SciWorldConfig())
     try:
         rng = random.Random(0)
         by_type: dict[str, list[int]] = {}
         for task in env.tasks("test"):
             by_type.setdefault(env.task_group(task), []).append(task)
-        sample = [t for tasks in by_type.values() for t in rng.sample(tasks, min(3, len(tasks)))]
+        sample = [t for tasks in by_type.values() for t in rng.sample(tasks, 1)]
         failures = [t for t in sample if not play_gold(env, t)[1].info["success"]]
         assert not failures, [decode(t) for t in failures]
     finally:
