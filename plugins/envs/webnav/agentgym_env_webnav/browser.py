@@ -149,14 +149,15 @@ def _shutdown(driver: Any, root_pid: int) -> None:
 class Browser:
     """A lazily started headless Chromium on MiniWoB++ pages; one page at a time."""
 
-    def __init__(self, config: WebNavConfig) -> None:
+    def __init__(self, config: WebNavConfig, html_dir: Path | None = None) -> None:
+        """`html_dir`: where the task pages are (MiniWoB++'s bundled `miniwob/` by default)."""
         self.config = config
         self.starts = 0
         """How many times a Chromium was started (1 for a healthy browser's whole life)."""
         self.driver: Any = None
         self._finalizer: weakref.finalize | None = None
         self._broken = False
-        self._html_dir = miniwob_html_dir()
+        self._html_dir = html_dir or miniwob_html_dir()
 
     # -- lifecycle -----------------------------------------------------------------
 

@@ -117,8 +117,7 @@ def test_an_episode_starts_only_after_the_page_onload_has_run(chromium, tmp_path
     late = "window.onload = function() {\n  setTimeout(core.startEpisode, 300);"
     (tmp_path / "miniwob" / "click-button-late.html").write_text(page.replace(onload, late))
 
-    browser = Browser(WebNavConfig(train_seeds=1, test_seeds=1))
-    browser._html_dir = tmp_path / "miniwob"
+    browser = Browser(WebNavConfig(train_seeds=1, test_seeds=1), html_dir=tmp_path / "miniwob")
     try:
         first = browser.start_episode("click-button-late", seed=3, mode="train")
         assert first["utterance"].startswith('Click on the "')
