@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from agentgym_core.config.load import load_config
 from agentgym_core.learner.lora import load_file_weights
 from agentgym_core.learner.precision import MasterWeights
 from agentgym_core.plugins import PluginHost
+from agentgym_core.run import runtime
+from agentgym_core.run.checkpoint import checkpoint_dir, restore_learner
 from agentgym_core.run.kinds import run_stage
 
 
@@ -71,9 +74,26 @@ def babyai_model(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("lora", [None, "float32", "model"])
-def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora):
+def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora, monkeypatch):
     """Full fine-tuning, a float32 adapter (PEFT's default) and a bfloat16 one
-    (`adapter_dtype: model`): the low-precision trained weights step through masters."""
+    (`adapter_dtype: model`): the low-precision trained weights step through masters.
+
+    The resumed learner holds the checkpoint's masters, optimizer state and weights
+    bit for bit. The updates after it are compared with the straight run's loosely:
+    bfloat16 CPU kernels round differently with the thread count and the process's
+    state (a resume that lost the masters moves the loss by only ~3e-7 here, so a
+    tight comparison of losses would not catch it anyway, but flakes)."""
+    restored = {}
+
+    def restore_and_look(learner, resume):
+        out = restore_learner(learner, resume)
+        if resume is not None:
+            restored["masters"] = learner.masters.state()
+            restored["weights"] = [p.detach().clone() for p, _ in learner.masters.pairs]
+            restored["optimizer"] = copy.deepcopy(learner.optimizer_state())  # it trains on
+        return out
+
+    monkeypatch.setattr(runtime, "restore_learner", restore_and_look)
     raw = {
         "run": {"name": "bf16", "output_dir": str(tmp_path / "straight"), "seed": 5},
         "model": {"path": str(babyai_model), "dtype": "bfloat16"},
@@ -102,10 +122,21 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
         run_stage(load_config(path, [out], host.registry), host, show_progress=False)
     host.pm.unregister(name="crash")
     resumed = run_stage(load_config(path, [out], host.registry), host, show_progress=False)
+    assert resumed.resumed_from == 2 and len(resumed.history) == 4
+    saved = torch.load(
+        checkpoint_dir(tmp_path / "resumed", 2) / "trainer_state.pt", weights_only=False
+    )
+    saved_masters = saved["extra"]["learner"].get("masters", [])
+    assert len(restored["masters"]) == len(saved_masters)
+    for mine, kept, weight in zip(
+        restored["masters"], saved_masters, restored["weights"], strict=True
+    ):
+        assert torch.equal(mine, kept) and torch.equal(weight, kept.to(weight.dtype))
+    _assert_same_state(restored["optimizer"], saved["optimizer"])
     for step in (2, 3):
-        for key in ("train/loss", "train/kl", "rollout/generated_tokens"):
+        for key in ("train/loss", "train/kl"):
             assert resumed.history[step][key] == pytest.approx(
-                straight.history[step][key], abs=1e-6
+                straight.history[step][key], abs=1e-4
             ), (step, key)
     state = torch.load(Path(straight.checkpoint) / "trainer_state.pt", weights_only=False)
     masters = state["extra"]["learner"].get("masters", [])
@@ -126,6 +157,22 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
         saved = AutoModelForCausalLM.from_pretrained(straight.checkpoint, dtype="auto")
         assert next(saved.parameters()).dtype == torch.bfloat16
     assert all(torch.isfinite(torch.tensor(h["train/loss"])) for h in straight.history)
+
+
+def _assert_same_state(mine, kept) -> None:
+    """Optimizer states (nested dicts and lists of tensors and numbers) equal bit for bit."""
+    if isinstance(mine, torch.Tensor):
+        assert torch.equal(mine, kept)
+    elif isinstance(mine, dict):
+        assert mine.keys() == kept.keys()
+        for key in mine:
+            _assert_same_state(mine[key], kept[key])
+    elif isinstance(mine, (list, tuple)):
+        assert len(mine) == len(kept)
+        for a, b in zip(mine, kept, strict=True):
+            _assert_same_state(a, b)
+    else:
+        assert mine == kept
 
 
 def _adapter_dtypes(checkpoint: str | Path) -> set[torch.dtype]:

@@ -362,6 +362,51 @@ def test_64_concurrent_sessions_no_errors_all_closed(babyai_server):
     assert after["created"] - before["created"] == 64 == after["closed"] - before["closed"]
 
 
+class _DropOnce(httpx.BaseTransport):
+    """Fails the first request for `path` as a connection dropped before any reply."""
+
+    def __init__(self, inner: httpx.BaseTransport, path: str) -> None:
+        self.inner, self.path, self.dropped = inner, path, False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == self.path and not self.dropped:
+            self.dropped = True
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_dropped_connection_ends_its_own_episode_and_no_other(babyai_server):
+    """The server names its life in every reply, so a connection lost on one request is not
+    taken for a restart: the other sessions on that server play on."""
+    from agentgym_env_babyai import BabyAIConfig, BabyAIEnv
+    from agentgym_env_remote import RemoteEnvError
+
+    dropped, other = _remote(babyai_server.url), _remote(babyai_server.url)
+    expert = BabyAIEnv(BabyAIConfig(**BABYAI))
+    client = dropped.pool._servers[babyai_server.url].client
+    try:
+        assert other.pool is dropped.pool  # one pool, as every env of a run shares it
+        dropped.reset(0), other.reset(1), expert.reset(1)
+        client._transport = _DropOnce(client._transport, "/step")
+        with pytest.raises(RemoteEnvError, match="unreachable.*RemoteProtocolError"):
+            dropped.step("turn left")
+        for _ in range(40):
+            action = expert.expert_action()
+            result, mirror = other.step(action), expert.step(action)
+            assert result.observation == mirror.observation
+            if result.done:
+                break
+        assert result.done and result.reward > 0
+        assert dropped.reset(2)  # a new id, on the same server
+        assert dropped.pool.restarts() == {babyai_server.url: 0}
+    finally:
+        client._transport = getattr(client._transport, "inner", client._transport)
+        dropped.close(), other.close(), expert.close()
+
+
 def test_step_latency_slows_every_reset_and_step_and_changes_nothing_else(host):
     import time
 

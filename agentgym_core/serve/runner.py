@@ -86,6 +86,12 @@ def bind(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
     return sock
 
 
+KEEP_ALIVE_S = 75
+"""How long an idle client connection stays open: longer than clients wait before reusing one
+(ours 2 s, httpx's default 5 s), so no request is sent on a connection the server is closing
+(uvicorn's own default, 5 s, races httpx's and fails such a request as if the server were down)."""
+
+
 class ServerThread:
     """A real uvicorn server on a loopback port, in a background thread.
 
@@ -101,7 +107,11 @@ class ServerThread:
         self._sock = bind(host, port)
         self.host, self.port = host, self._sock.getsockname()[1]
         config = uvicorn.Config(
-            app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5
+            app,
+            log_level=log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -158,6 +168,7 @@ def serve(app: Any, host: str = DEFAULT_HOST, port: int = 36001, log_level: str 
             port=port,
             log_level=log_level,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
     except KeyboardInterrupt:  # uvicorn raises SIGINT again once it has shut down
         code = 130

@@ -15,7 +15,9 @@ someone else's; each restart is counted (`ServerPool.restarts`) and logged.
 A replica that stops answering (a refused or dropped connection) gets no new
 env ids until a probe (a GET of its root, every `PROBE_EVERY_S`, any HTTP
 answer will do) finds it up again, so a restarted server is used again as
-soon as it answers, and a dead one is not tried again by episodes.
+soon as it answers, and a dead one is not tried again by episodes. On a
+server that names its life, one lost connection ends only the episode whose
+request it carried; without the header it marks every id held there stale.
 `ServerPool.counters` gives, per replica, the env ids opened, the requests
 that failed and the seconds it was down, for the run's metrics.
 """
@@ -40,6 +42,9 @@ PROBE_EVERY_S = 0.5
 """How often a replica found down is probed; new env ids avoid it (if others are up) till then."""
 PROBE_TIMEOUT_S = 2.0
 """A probe's own time limit: a replica that takes longer is still down."""
+IDLE_REUSE_S = 2.0
+"""A pooled connection idle longer is closed, not reused: uvicorn (AgentGym's servers) drops
+idle connections after 5 s, and a request sent on one it is dropping fails like an outage."""
 INSTANCE_HEADER = "X-AgentGym-Instance"
 """`agentgym serve-env`'s header naming the server's life; random per start."""
 
@@ -110,7 +115,9 @@ class ServerPool:
         self.retry_503 = retry_503
         timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
         limits = httpx.Limits(
-            max_connections=max_concurrency, max_keepalive_connections=max_concurrency
+            max_connections=max_concurrency,
+            max_keepalive_connections=max_concurrency,
+            keepalive_expiry=IDLE_REUSE_S,
         )
         self._servers = {
             url: _Server(
@@ -231,9 +238,16 @@ class ServerPool:
         return out
 
     def _mark_down(self, server: _Server) -> None:
+        """A request found `server` unreachable: probe it, and new ids avoid it meanwhile.
+
+        A server that names its life in a header shows a restart in its next reply,
+        so one dropped connection costs only the request that saw it. Without the
+        header any outage may hide a restart: every id held there is marked stale.
+        """
         with self._lock:
-            server.generation += 1
-            server.max_id = -1
+            if server.instance is None:
+                server.generation += 1
+                server.max_id = -1
             if server.down_since is None:
                 server.down_since = time.monotonic()
                 log.warning("env server %s is down; probing it until it answers", server.url)
