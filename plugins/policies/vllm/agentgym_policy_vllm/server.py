@@ -59,6 +59,9 @@ PREFIX = "agentgym-v"
 SYNCED = ".synced"
 """Suffix of the file rank 0 writes beside a weights folder once every replica reloaded it."""
 
+IDLE_REUSE_S = 2.0
+"""A kept-alive connection idle longer is closed, not reused: `vllm serve` drops idle ones after
+5 s, and a turn sent on one it is dropping would take the replica for down."""
 PROBE_TOLERANCE = 0.1
 """Mean absolute log-probability gap over a probe above which a server serves another model."""
 
@@ -92,7 +95,12 @@ class VLLMServerPolicy:
         self.config = config
         self.urls = [url.rstrip("/") for url in config.base_urls]
         self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
-        self.http = httpx.Client(timeout=config.timeout_s)
+        self.http = httpx.Client(
+            timeout=config.timeout_s,
+            limits=httpx.Limits(
+                max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_REUSE_S
+            ),  # httpx's defaults, but for the expiry
+        )
         self.served = {url: self._served_model(url) for url in self.urls}
         self._lock = threading.Lock()
         self._sessions: dict[Hashable, str] = {}
