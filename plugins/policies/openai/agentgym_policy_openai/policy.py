@@ -34,6 +34,9 @@ from agentgym_policy_openai.config import OpenAIPolicyConfig
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """Answers worth another try: timeouts, rate limits, overloaded or restarting servers."""
+IDLE_REUSE_S = 2.0
+"""A kept-alive connection idle longer is closed, not reused: `vllm serve` and other uvicorn
+endpoints drop idle ones after 5 s, and a request sent on one they are dropping fails."""
 
 _CONTEXT_LENGTH = re.compile(r"context.length|maximum context|context window|too long", re.I)
 
@@ -153,7 +156,9 @@ class OpenAIPolicy:
         """The client and slots of the running event loop (each `asyncio.run` has its own)."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._slots is None or self._loop is not loop:
-            limits = httpx.Limits(max_connections=self.config.max_concurrency)
+            limits = httpx.Limits(
+                max_connections=self.config.max_concurrency, keepalive_expiry=IDLE_REUSE_S
+            )
             self._client = httpx.AsyncClient(
                 headers=self.headers, timeout=self.config.timeout_s, limits=limits
             )
