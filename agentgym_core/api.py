@@ -31,6 +31,8 @@ What is here:
   `fingerprint` (sums of a model's weights, equal on every rank that holds them),
   `ChatFormat`, `ChatMessage` (a chat API's message, also lent as `Message`),
   `ContextWindowExceeded`;
+- for plugins that talk HTTP to a server: `IDLE_REUSE_S` (how long an idle kept-alive
+  connection may be reused);
 - data: `read_items`, `read_pairs`, `AgentTrajItem`, `AgentTrajPair` (AgentTraj JSON);
 - errors: `ConfigError`, `Problem` (a user-facing config error naming its key);
 - stage kinds (`agentgym_register_stage_kinds`): `StageContext`, `StageOutcome`,
@@ -111,6 +113,7 @@ if TYPE_CHECKING:
         SandboxResult,
         SandboxUnavailable,
     )
+    from agentgym_core.serve.runner import IDLE_REUSE_S
     from agentgym_core.task_lists import TaskList, TaskRange, listed_tasks
     from agentgym_core.tasks import TEST_SEED_OFFSET, SeededTask, seeded_task, seeded_task_ids
     from agentgym_core.testing import EnvironmentCheckError, check_environment
@@ -151,6 +154,7 @@ _LAZY = {
         "SandboxResult",
         "SandboxUnavailable",
     ),
+    "agentgym_core.serve.runner": ("IDLE_REUSE_S",),
     "agentgym_core.task_lists": ("TaskList", "TaskRange", "listed_tasks"),
     "agentgym_core.tasks": ("TEST_SEED_OFFSET", "SeededTask", "seeded_task", "seeded_task_ids"),
     "agentgym_core.run.kinds": ("StageContext", "StageOutcome", "run_stage"),
@@ -160,6 +164,7 @@ _LAZY = {
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
+    "IDLE_REUSE_S",
     "PROJECT",
     "TEST_SEED_OFFSET",
     "ActionConstraint",

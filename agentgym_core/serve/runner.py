@@ -86,10 +86,13 @@ def bind(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
     return sock
 
 
+IDLE_REUSE_S = 2.0
+"""How long our HTTP clients (env pool, vLLM and OpenAI-endpoint policies) reuse an idle
+kept-alive connection: well under uvicorn's 5 s default (AgentGym's servers, `vllm serve`),
+after which it drops idle ones; a request sent on one it is dropping fails like an outage."""
 KEEP_ALIVE_S = 75
-"""How long an idle client connection stays open: longer than clients wait before reusing one
-(ours 2 s, httpx's default 5 s), so no request is sent on a connection the server is closing
-(uvicorn's own default, 5 s, races httpx's and fails such a request as if the server were down)."""
+"""How long our servers keep an idle client connection: longer than clients reuse one
+(`IDLE_REUSE_S`, httpx's default 5 s), so no request rides a connection being closed."""
 
 
 class ServerThread:

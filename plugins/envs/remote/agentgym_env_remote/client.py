@@ -34,6 +34,8 @@ from typing import Any
 
 import httpx
 
+from agentgym_core.api import IDLE_REUSE_S
+
 INVALID_ID = re.compile(r"\bid\b.*\bnot valid\b", re.IGNORECASE)
 """AgentGym's reply to an id it does not know: `{"error": "The id 99 is not valid."}`."""
 CLOSE_TIMEOUT_S = 5.0
@@ -42,9 +44,6 @@ PROBE_EVERY_S = 0.5
 """How often a replica found down is probed; new env ids avoid it (if others are up) till then."""
 PROBE_TIMEOUT_S = 2.0
 """A probe's own time limit: a replica that takes longer is still down."""
-IDLE_REUSE_S = 2.0
-"""A pooled connection idle longer is closed, not reused: uvicorn (AgentGym's servers) drops
-idle connections after 5 s, and a request sent on one it is dropping fails like an outage."""
 INSTANCE_HEADER = "X-AgentGym-Instance"
 """`agentgym serve-env`'s header naming the server's life; random per start."""
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import httpx
 
 from agentgym_core.api import (
+    IDLE_REUSE_S,
     ChatMessage,
     ConfigError,
     ContextWindowExceeded,
@@ -34,9 +35,6 @@ from agentgym_policy_openai.config import OpenAIPolicyConfig
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """Answers worth another try: timeouts, rate limits, overloaded or restarting servers."""
-IDLE_REUSE_S = 2.0
-"""A kept-alive connection idle longer is closed, not reused: `vllm serve` and other uvicorn
-endpoints drop idle ones after 5 s, and a request sent on one they are dropping fails."""
 
 _CONTEXT_LENGTH = re.compile(r"context.length|maximum context|context window|too long", re.I)
 

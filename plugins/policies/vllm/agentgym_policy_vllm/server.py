@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_core.api import (
+    IDLE_REUSE_S,
     ActionConstraint,
     ChatFormat,
     ConfigError,
@@ -59,9 +60,6 @@ PREFIX = "agentgym-v"
 SYNCED = ".synced"
 """Suffix of the file rank 0 writes beside a weights folder once every replica reloaded it."""
 
-IDLE_REUSE_S = 2.0
-"""A kept-alive connection idle longer is closed, not reused: `vllm serve` drops idle ones after
-5 s, and a turn sent on one it is dropping would take the replica for down."""
 PROBE_TOLERANCE = 0.1
 """Mean absolute log-probability gap over a probe above which a server serves another model."""
 
