@@ -172,3 +172,64 @@ def test_a_down_server_gets_no_new_episodes_until_a_probe_finds_it_up():
         pool.close()
         live.stop()
         dead.stop()
+
+
+def _envs(servers: list[EnvServer], count: int) -> list[RemoteEnv]:
+    config = RemoteConfig(
+        env="babyai",
+        base_urls=[server.url for server in servers],
+        train_tasks={"start": 0, "stop": 40},
+        test_tasks={"start": 1000, "stop": 1012},
+        timeout_s=5.0,
+        connect_timeout_s=1.0,
+    )
+    return [RemoteEnv(config) for _ in range(count)]
+
+
+def test_ids_held_on_a_dead_replica_cost_no_episode(servers):
+    """Envs whose ids sit on a replica that died start their next episodes on one that is up:
+    the first reset to find it unreachable starts over elsewhere, the others never try it."""
+    a, b = servers
+    envs = _envs(servers, 4)
+    try:
+        for task, env in enumerate(envs):
+            env.reset(task)
+        on_a = [env for env in envs if env.server == a.url]
+        assert len(on_a) == 2
+        a.kill()
+        first, second = on_a
+        assert first.reset(10) and first.server == b.url
+        errors = first.pool.counters()[f"server/{server_name(a.url)}/env_errors"]
+        assert errors >= 1 and not first.pool.is_up(a.url)
+        assert second.reset(11) and second.server == b.url
+        assert first.pool.counters()[f"server/{server_name(a.url)}/env_errors"] == errors
+        for env in envs:
+            assert env.step("turn left").observation
+    finally:
+        for env in envs:
+            env.close()
+
+
+def test_a_restart_a_probe_finds_drops_the_old_ids_before_any_episode_sends_one(servers):
+    a, _ = servers
+    envs = _envs(servers, 2)
+    try:
+        for task, env in enumerate(envs):
+            env.reset(task)
+        held, other = sorted(envs, key=lambda env: env.server != a.url)
+        assert held.server == a.url
+        a.kill()
+        with pytest.raises(RemoteEnvError, match="unreachable"):
+            other.pool.request(a.url, "GET", "/info")  # someone finds it down
+        a.start()
+        deadline = time.monotonic() + 10.0
+        while not held.pool.is_up(a.url):
+            assert time.monotonic() < deadline, "no probe found the restarted server up"
+            time.sleep(0.05)
+        assert held.pool.restarts() == {a.url: 1, other.server: 0}
+        errors = held.pool.counters()[f"server/{server_name(a.url)}/env_errors"]
+        assert held.reset(5)  # a fresh id: the old one was not sent to the new life
+        assert held.pool.counters()[f"server/{server_name(a.url)}/env_errors"] == errors
+    finally:
+        for env in envs:
+            env.close()

@@ -1,6 +1,12 @@
 """Existing AgentGym environment servers (BabyAI, TextCraft, WebShop, WebArena, ...) over HTTP."""
 
-from agentgym_env_remote.client import RemoteEnvError, ServerPool, ServerRestarted, SessionLost
+from agentgym_env_remote.client import (
+    RemoteEnvError,
+    ServerPool,
+    ServerRestarted,
+    ServerUnreachable,
+    SessionLost,
+)
 from agentgym_env_remote.config import RemoteConfig
 from agentgym_env_remote.env import RemoteEnv
 
@@ -10,5 +16,6 @@ __all__ = [
     "RemoteEnvError",
     "ServerPool",
     "ServerRestarted",
+    "ServerUnreachable",
     "SessionLost",
 ]

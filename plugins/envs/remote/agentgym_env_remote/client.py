@@ -14,10 +14,13 @@ someone else's; each restart is counted (`ServerPool.restarts`) and logged.
 
 A replica that stops answering (a refused or dropped connection) gets no new
 env ids until a probe (a GET of its root, every `PROBE_EVERY_S`, any HTTP
-answer will do) finds it up again, so a restarted server is used again as
-soon as it answers, and a dead one is not tried again by episodes. On a
-server that names its life, one lost connection ends only the episode whose
-request it carried; without the header it marks every id held there stale.
+answer will do) or a request finds it up again, so a restarted server is used
+again as soon as it answers, and a dead one is not tried again by episodes:
+an id held there is dropped at the env's next reset, which starts on a
+replica that is up. A probe's reply also shows a restart, so the old life's
+ids are stale before an episode sends one. On a server that names its life,
+one lost connection ends only the episode whose request it carried; without
+the header it marks every id held there stale.
 `ServerPool.counters` gives, per replica, the env ids opened, the requests
 that failed and the seconds it was down, for the run's metrics.
 """
@@ -56,6 +59,10 @@ class RemoteEnvError(RuntimeError):
 
 class SessionLost(RemoteEnvError):
     """The server no longer knows our env id: it restarted, or reaped the id when idle."""
+
+
+class ServerUnreachable(RemoteEnvError):
+    """The replica refused or dropped the connection; it is marked down until a probe answers."""
 
 
 class ServerRestarted(SessionLost):
@@ -219,7 +226,7 @@ class ServerPool:
         return {url: s.open_ids for url, s in self._servers.items()}
 
     def is_up(self, url: str) -> bool:
-        """False from a failed connection until a probe gets an answer."""
+        """False from a failed connection until it answers again (a probe, or any request)."""
         return self._servers[url].down_since is None
 
     def counters(self) -> dict[str, float]:
@@ -266,14 +273,22 @@ class ServerPool:
                     return
             for server in down:
                 try:
-                    server.client.get("/", timeout=PROBE_TIMEOUT_S)
+                    response = server.client.get("/", timeout=PROBE_TIMEOUT_S)
                 except httpx.HTTPError:
                     continue
-                with self._lock:
-                    if server.down_since is not None:
-                        server.seconds_down += time.monotonic() - server.down_since
-                        server.down_since = None
-                        log.warning("env server %s answers again", server.url)
+                # a restart seen here marks the old life's ids stale before any episode sends one
+                self._saw_instance(server, response.headers.get(INSTANCE_HEADER))
+                self._answers(server)
+
+    def _answers(self, server: _Server) -> None:
+        """`server` answered (a probe or any request): it is up again, if it was down."""
+        if server.down_since is None:
+            return
+        with self._lock:
+            if server.down_since is not None:
+                server.seconds_down += time.monotonic() - server.down_since
+                server.down_since = None
+                log.warning("env server %s answers again", server.url)
 
     def _restarted(self, server: _Server, why: str) -> None:
         """Count and log a restart seen in a reply; the caller holds the lock."""
@@ -351,6 +366,7 @@ class ServerPool:
             response = self._send(server, where, method, path, json, params, timeout_s, headers)
             answered = response.headers.get(INSTANCE_HEADER)
             self._saw_instance(server, answered)
+            self._answers(server)
             if instance is not None and answered is not None and answered != instance:
                 raise ServerRestarted(
                     f"{where}: the server restarted (instance {instance} is now {answered}); "
@@ -388,7 +404,7 @@ class ServerPool:
                 raise RemoteEnvError(f"{where}: no answer within {limit} s") from error
             except httpx.TransportError as error:
                 self._mark_down(server)
-                raise RemoteEnvError(
+                raise ServerUnreachable(
                     f"{where}: server unreachable ({type(error).__name__}: {error})"
                 ) from error
             if response.status_code != 503 or attempt >= self.retry_503:

@@ -17,6 +17,7 @@ from agentgym_core.api import StepResult, listed_tasks
 from agentgym_env_remote.client import (
     CLOSE_TIMEOUT_S,
     RemoteEnvError,
+    ServerUnreachable,
     SessionLost,
     acquire_pool,
     release_pool,
@@ -128,7 +129,9 @@ class RemoteEnv:
         """Start `task_id`, creating (or recycling) the env id first when needed.
 
         An id on a replica holding 2 or more ids than the emptiest one up moves
-        there (closed, created anew), so load spreads again after an outage.
+        there (closed, created anew), so load spreads again after an outage. An
+        id on a replica found down is dropped, and a reset that finds its replica
+        unreachable is tried once more: neither costs an episode.
         """
         recycle = self.config.recycle_after
         if self.env_id is not None and recycle and self._episodes_on_id >= recycle:
@@ -136,7 +139,10 @@ class RemoteEnv:
         elif self.env_id is not None and self.pool.crowded(self.server):
             self._forget(close=True)  # a replica back from an outage takes its share again
         self._done = True
-        reply = self._call(lambda: self._reset(task_id), fresh_id=True)
+        try:
+            reply = self._call(lambda: self._reset(task_id), fresh_id=True)
+        except ServerUnreachable:  # nothing was played yet: start on a replica that is up
+            reply = self._call(lambda: self._reset(task_id), fresh_id=True)
         observation = self._checked(reply.observation or "")
         self._score = reply.score or 0.0
         self._actions = self._listed(reply, observation)
@@ -220,6 +226,8 @@ class RemoteEnv:
     def _ensure_id(self) -> None:
         if self.env_id is not None and self._stale():
             self._forget(close=False)  # the id may belong to someone else on the new server
+        elif self.env_id is not None and not self.pool.is_up(self.server):
+            self._forget(close=False)  # if it only lost a connection, its idle reaper closes it
         if self.env_id is not None:
             return
         server = self.pool.pick()
