@@ -8,7 +8,9 @@ shipped plugins import only from here (`tests/test_meta.py` checks it).
 What is here:
 
 - registration: `hookimpl`, `Register` (the callable the
-  `agentgym_register_*` hooks receive; see `agentgym_core.hookspecs`);
+  `agentgym_register_*` hooks receive; see `agentgym_core.hookspecs`), and
+  `lazy_exports`, so that a plugin package lends its torch-bound classes
+  without importing them when the plugin loads;
 - the protocols a plugin implements: `Environment`, `Policy`, `Algorithm`,
   `OfflineAlgorithm`, `HorizonScheduler`, and what they exchange
   (`SamplingParams`, `AlgorithmNeeds`, `CriticSpec`, `LossInputs`,
@@ -48,8 +50,7 @@ imports `hookimpl` and `StepResult` from here never loads torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentgym_core import PROJECT, __version__, hookimpl
 from agentgym_core.hookspecs import Register
@@ -66,6 +67,7 @@ from agentgym_core.interfaces import (
     SamplingParams,
     SequenceInputs,
 )
+from agentgym_core.lazy import lazy_exports
 from agentgym_core.types import (
     Generation,
     StepResult,
@@ -83,7 +85,6 @@ if TYPE_CHECKING:
     from agentgym_core.distributed import fingerprint
     from agentgym_core.learner.lora import full_weights
     from agentgym_core.learner.losses import (
-        ClippedLossOptions,
         clipped_loss_with_kl_and_entropy,
         clipped_policy_loss,
         clipped_value_loss,
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
         kl_penalty,
         masked_mean,
     )
+    from agentgym_core.learner.options import ClippedLossOptions
     from agentgym_core.learner.rewards import (
         GroupStd,
         agent_positions,
@@ -124,7 +126,6 @@ _LAZY = {
     "agentgym_core.data.expert": ("ExpertEnvironment",),
     "agentgym_core.distributed": ("fingerprint",),
     "agentgym_core.learner.losses": (
-        "ClippedLossOptions",
         "clipped_loss_with_kl_and_entropy",
         "clipped_policy_loss",
         "clipped_value_loss",
@@ -134,6 +135,7 @@ _LAZY = {
         "masked_mean",
     ),
     "agentgym_core.learner.lora": ("full_weights",),
+    "agentgym_core.learner.options": ("ClippedLossOptions",),
     "agentgym_core.learner.rewards": (
         "GroupStd",
         "agent_positions",
@@ -223,6 +225,7 @@ __all__ = [
     "hookimpl",
     "kl_k3",
     "kl_penalty",
+    "lazy_exports",
     "listed_tasks",
     "masked_mean",
     "older_scale_by_std",
@@ -238,14 +241,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a lazily lent name from its home module on first access."""
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _HOME)
 
 
 def __dir__() -> list[str]:

@@ -26,7 +26,11 @@ class Register(Protocol):
     """The callable a registration hook receives."""
 
     def __call__(self, name: str, factory: Any, *, config: type[BaseModel]) -> None:
-        """Register `factory` under `name`; `config` validates the component's config block."""
+        """Register `factory` under `name`; `config` validates the component's config block.
+
+        `factory` may be a `"package.module:Name"` string, imported when first used, so
+        that loading plugins stays light (keep `config` in a module without torch, too).
+        """
         ...
 
 

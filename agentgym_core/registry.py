@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -21,26 +22,53 @@ class RegistryError(Exception):
 
 @dataclass(frozen=True)
 class Registration:
-    """One registered component."""
+    """One registered component.
+
+    `target` is the factory itself, or where it lives, `"package.module:Name"`,
+    imported on the first use of `factory`: loading every plugin (to validate a
+    config, to serve an env) then imports no torch for the algorithms and
+    policies that need it.
+    """
 
     kind: str
     name: str
-    factory: Callable[..., Any]
+    target: Callable[..., Any] | str
     config: type[BaseModel]
     distribution: str
     version: str
 
+    @property
+    def factory(self) -> Callable[..., Any]:
+        """The factory; a `"module:Name"` target is imported here (cached by `sys.modules`)."""
+        if not isinstance(self.target, str):
+            return self.target
+        module, _, attribute = self.target.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as error:
+            raise RegistryError(
+                f"{self.kind} {self.name!r} from {self.distribution} {self.version}: cannot "
+                f"import its factory {self.target!r} ({type(error).__name__}: {error})"
+            ) from error
+
 
 def check(registration: Registration) -> None:
-    """Raise RegistryError unless the registration's kind is known and its config is pydantic."""
+    """Raise RegistryError unless kind, config model and factory (or `"module:Name"`) are valid."""
     if registration.kind not in KINDS:
         raise RegistryError(f"unknown component kind {registration.kind!r}; kinds: {KINDS}")
+    where = f"{registration.kind} {registration.name!r} from {registration.distribution}"
     config = registration.config
     if not (isinstance(config, type) and issubclass(config, BaseModel)):
-        raise RegistryError(
-            f"{registration.kind} {registration.name!r} from {registration.distribution}: "
-            "config must be a pydantic BaseModel subclass"
-        )
+        raise RegistryError(f"{where}: config must be a pydantic BaseModel subclass")
+    target = registration.target
+    if isinstance(target, str):
+        module, colon, attribute = target.partition(":")
+        if not (module and colon and attribute.isidentifier()):
+            raise RegistryError(
+                f"{where}: factory {target!r} must be a callable or 'package.module:Name'"
+            )
+    elif not callable(target):
+        raise RegistryError(f"{where}: factory {target!r} is not callable")
 
 
 class Registry:

@@ -123,6 +123,80 @@ def test_config_must_be_a_pydantic_model():
         PluginHost({"bad": Bad()}, load_entry_points=False)
 
 
+def test_a_factory_named_by_module_and_name_is_imported_on_first_use(monkeypatch):
+    class Lazy:
+        @hookimpl
+        def agentgym_register_algorithms(self, register):
+            register("lazy", "lazy_factory_module:Made", config=Options)
+
+    module = types.ModuleType("lazy_factory_module")
+    module.Made = dict
+    host = PluginHost({"lazy": Lazy()}, load_entry_points=False)
+    registration = host.registry.get("algorithm", "lazy")
+    assert registration.target == "lazy_factory_module:Made"
+    with pytest.raises(RegistryError) as missing:  # not importable (yet): the error names it
+        _ = registration.factory
+    assert str(missing.value).startswith(
+        "algorithm 'lazy' from <inline lazy> 0: cannot import its factory "
+        "'lazy_factory_module:Made' (ModuleNotFoundError"
+    )
+    monkeypatch.setitem(sys.modules, "lazy_factory_module", module)
+    assert registration.factory is dict
+    module.Made = list  # resolved on each use, from the module as it is
+    assert registration.factory is list
+    del module.Made
+    with pytest.raises(RegistryError, match=r"'lazy_factory_module:Made' \(AttributeError"):
+        _ = registration.factory
+
+
+@pytest.mark.parametrize("target", ["no_colon", "module:", ":Name", "module:not a name", 3])
+def test_a_factory_must_be_a_callable_or_module_and_name(target):
+    class Bad:
+        @hookimpl
+        def agentgym_register_environments(self, register):
+            register("bad", target, config=Options)
+
+    with pytest.raises(RegistryError, match=r"environment 'bad' from <inline bad>: factory "):
+        PluginHost({"bad": Bad()}, load_entry_points=False)
+
+
+def test_loading_every_plugin_imports_no_torch():
+    """An env server process, a config that fails validation and `agentgym plugins` load
+    every plugin: the algorithms and policies bring torch only when a run builds one."""
+    code = """if True:
+        import json, sys
+        import agentgym_core.cli
+        from agentgym_core.config.errors import ConfigError
+        from agentgym_core.config.load import load_config
+        from agentgym_core.plugins import PluginHost
+        from agentgym_core.serve import build_app
+        host = PluginHost()
+        try:
+            load_config("configs/babyai-demo.yaml", ["algorithm.kl_cof=0.01"], host.registry)
+        except ConfigError as error:
+            message = str(error)
+        build_app(host.registry, "babyai", {})
+        heavy = lambda: [m for m in ("torch", "transformers") if m in sys.modules]
+        loaded = heavy()
+        factories = {}
+        for name in ("grpo", "ppo", "sft"):
+            factories[name] = host.registry.get("algorithm", name).factory.__name__
+        factories["hf"] = host.registry.get("policy", "hf").factory.__name__
+        print(json.dumps({"loaded": loaded, "after": heavy(), "factories": factories,
+                          "message": message}))
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGYM_")}
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=root
+    )
+    seen = json.loads(out.stdout)
+    assert "algorithm.kl_cof: unknown key (did you mean 'kl_coef'?)" in seen["message"]
+    assert seen["loaded"] == [], "loading plugins imported torch or transformers"
+    assert seen["factories"] == {"grpo": "GRPO", "ppo": "PPO", "sft": "SFT", "hf": "HFPolicy"}
+    assert seen["after"] == ["torch", "transformers"]
+
+
 # -- loud failures at load -----------------------------------------------------------
 
 

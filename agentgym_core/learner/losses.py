@@ -10,23 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class ClippedLossOptions(BaseModel):
-    """The options every clipped-loss algorithm has; an algorithm's config subclasses this.
-
-    `kl_coef` is each algorithm's own: it acts in the loss (GRPO, GiGPO) or in the
-    reward (PPO, RLOO, REINFORCE++), and its default and meaning differ.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) ratio clip.")
-    clip_eps_high: float | None = Field(
-        None, gt=0, description="Upper ratio clip if different (DAPO's clip-higher)."
-    )
-    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ from agentgym_core import hookimpl
 
 @hookimpl
 def agentgym_register_policies(register):
-    """Register the transformers policy as `hf`."""
-    from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+    """Register the transformers policy as `hf` (transformers loads when a run builds it)."""
+    from agentgym_core.policies.hf_config import HFPolicyConfig
 
-    register("hf", HFPolicy, config=HFPolicyConfig)
+    register("hf", "agentgym_core.policies.hf:HFPolicy", config=HFPolicyConfig)

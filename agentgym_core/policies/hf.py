@@ -18,43 +18,18 @@ import dataclasses
 import threading
 import time
 from collections.abc import Hashable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
+from agentgym_core.policies.hf_config import HFPolicyConfig
 from agentgym_core.policies.prefix_cache import PrefixCache
 from agentgym_core.policies.sampling import Request, Sampler
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
-
-
-class HFPolicyConfig(BaseModel):
-    """Options of the `hf` policy."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_batch_size: int = Field(64, gt=0, description="Most requests generated together.")
-    seed: int = Field(0, description="Seed for requests that carry no seed of their own.")
-    prefix_cache: bool = Field(
-        True, description="Keep each episode's keys and values between turns; run only new tokens."
-    )
-    max_sessions: int = Field(4096, gt=0, description="Most episodes whose KV state is kept.")
-    batching: Literal["static", "continuous"] = Field(
-        "static",
-        description="static: a batch runs until its longest request is done; continuous: "
-        "requests join the running batch at the next decode step and leave when done.",
-    )
-    gather_ms: float = Field(
-        5.0,
-        ge=0,
-        description="static: after a batch's first request, keep admitting requests while "
-        "each arrives within this many ms of the last (episodes whose env calls finish "
-        "together join one batch); 0: only those already waiting.",
-    )
 
 
 class HFPolicy:

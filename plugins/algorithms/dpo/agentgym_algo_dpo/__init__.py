@@ -1,12 +1,19 @@
-"""DPO for agentgym: preference optimization on whole trajectories of the same task."""
+"""DPO for agentgym: preference optimization on whole trajectories of the same task.
 
-from agentgym_algo_dpo.loss import DPO, DPOConfig
-from agentgym_core.api import hookimpl
+The algorithm (and torch) loads on first use, not when the plugin loads.
+"""
 
-__all__ = ["DPO", "DPOConfig"]
+from agentgym_algo_dpo.config import DPOConfig
+from agentgym_core.api import hookimpl, lazy_exports
+
+__all__ = [
+    "DPO",
+    "DPOConfig",
+]
+__getattr__ = lazy_exports(__name__, {"DPO": "agentgym_algo_dpo.loss"})
 
 
 @hookimpl
 def agentgym_register_algorithms(register):
     """Register `dpo`."""
-    register("dpo", DPO, config=DPOConfig)
+    register("dpo", "agentgym_algo_dpo.loss:DPO", config=DPOConfig)

@@ -15,11 +15,10 @@ REINFORCE++-baseline: each outcome first loses the mean outcome of its group
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 
+from agentgym_algo_reinforce_pp.config import ReinforcePPConfig
 from agentgym_core.api import (
     AlgorithmNeeds,
-    ClippedLossOptions,
     LossInputs,
     TrajectoryBatch,
     clipped_loss_with_kl_and_entropy,
@@ -27,26 +26,6 @@ from agentgym_core.api import (
     token_rewards,
     whiten,
 )
-
-
-class ReinforcePPConfig(ClippedLossOptions):
-    """Options of `reinforce_pp`."""
-
-    kl_coef: float = Field(
-        0.01,
-        ge=0,
-        description="Weight of the per-token KL penalty log(pi / pi_ref) folded into the "
-        "reward; 0 drops the reference model.",
-    )
-    gamma: float = Field(
-        1.0, ge=0, le=1, description="Discount per agent token (observation tokens are bridged)."
-    )
-    baseline: bool = Field(
-        False,
-        description="REINFORCE++-baseline: subtract the group's mean outcome before the "
-        "global normalization (needs trainer.group_size >= 2).",
-    )
-    eps: float = Field(1e-8, gt=0, description="Added to the batch std before dividing.")
 
 
 def discounted_returns(rewards: list[float], gamma: float) -> list[float]:

@@ -16,29 +16,16 @@ ratio is 1 and it is exactly the REINFORCE gradient.
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 
+from agentgym_algo_rloo.config import RLOOConfig
 from agentgym_core.api import (
     AlgorithmNeeds,
-    ClippedLossOptions,
     LossInputs,
     Trajectory,
     TrajectoryBatch,
     agent_positions,
     clipped_loss_with_kl_and_entropy,
 )
-
-
-class RLOOConfig(ClippedLossOptions):
-    """Options of `rloo`."""
-
-    kl_coef: float = Field(
-        0.0,
-        ge=0,
-        description="Weight of the episode's summed log(pi / pi_ref) subtracted from its reward; "
-        "0 drops the reference model.",
-    )
-    min_group_size: int = Field(2, ge=2, description="Group size the trainer must provide.")
 
 
 def leave_one_out(rewards: list[float]) -> list[float]:

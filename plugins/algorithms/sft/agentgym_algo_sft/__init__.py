@@ -1,12 +1,20 @@
-"""SFT for agentgym: maximum likelihood of the agent's turns in AgentTraj or expert trajectories."""
+"""SFT for agentgym: maximum likelihood of the agent's turns in AgentTraj or expert trajectories.
 
-from agentgym_algo_sft.loss import SFT, ExpertData, SFTConfig
-from agentgym_core.api import hookimpl
+The algorithm (and torch) loads on first use, not when the plugin loads.
+"""
 
-__all__ = ["SFT", "ExpertData", "SFTConfig"]
+from agentgym_algo_sft.config import ExpertData, SFTConfig
+from agentgym_core.api import hookimpl, lazy_exports
+
+__all__ = [
+    "ExpertData",
+    "SFT",
+    "SFTConfig",
+]
+__getattr__ = lazy_exports(__name__, {"SFT": "agentgym_algo_sft.loss"})
 
 
 @hookimpl
 def agentgym_register_algorithms(register):
     """Register `sft`."""
-    register("sft", SFT, config=SFTConfig)
+    register("sft", "agentgym_algo_sft.loss:SFT", config=SFTConfig)

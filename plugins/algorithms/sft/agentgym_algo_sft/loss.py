@@ -18,65 +18,10 @@ optimizer step's batch: -sum(log p(agent tokens)) / number of agent tokens.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentgym_algo_sft.config import SFTConfig
 from agentgym_core.api import AlgorithmNeeds, OfflineDataset, SequenceInputs, Trajectory, read_items
-
-
-class ExpertData(BaseModel):
-    """Expert episodes generated on the fly with the env's `expert_action()`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    episodes: int = Field(
-        200, gt=0, description="First N tasks of the split played by the expert; failures dropped."
-    )
-    split: str = Field("train", min_length=1, description="Task split the episodes come from.")
-    max_turns: int = Field(64, gt=0, description="Turn limit of one expert episode.")
-    workers: int = Field(
-        1,
-        gt=0,
-        description="Processes playing the episodes at once, each with its own env (an "
-        "expert holds one core); the episodes are the same, in the same order.",
-    )
-    env: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Options merged over the stage's env block for these episodes "
-        "(e.g. other levels); validated by the env plugin.",
-    )
-
-
-class SFTConfig(BaseModel):
-    """Options of `sft`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    files: list[str] = Field(
-        default_factory=list,
-        description="AgentTraj JSON files or globs (e.g. from `agentgym data expert`), "
-        "relative to the working directory.",
-    )
-    trajectories: list[str] = Field(
-        default_factory=list,
-        description="JSONL files or globs of saved trajectories (`tracking.save_rollouts`, an "
-        "evolve stage's kept episodes), trained on as they are: every agent turn.",
-    )
-    expert: ExpertData | None = Field(
-        None, description="Generate expert trajectories at the start of the stage; null: none."
-    )
-    batch_size: int = Field(16, gt=0, description="Trajectories per optimizer step.")
-
-    @model_validator(mode="after")
-    def _has_data(self) -> SFTConfig:
-        if not self.files and not self.trajectories and self.expert is None:
-            raise ValueError(
-                "no training data: set files (AgentTraj JSON paths or globs), "
-                "trajectories (saved JSONL rollouts) and/or expert: {episodes: N}"
-            )
-        return self
 
 
 def sft_loss(logprobs: torch.Tensor, total_tokens: float) -> torch.Tensor:

@@ -7,8 +7,9 @@ from agentgym_core.api import hookimpl
 def agentgym_register_policies(register):
     """Register `vllm` and `vllm_server`; building `vllm` without vLLM says how to install it."""
     from agentgym_policy_vllm.config import VLLMPolicyConfig, VLLMServerPolicyConfig
-    from agentgym_policy_vllm.policy import VLLMPolicy
-    from agentgym_policy_vllm.server import VLLMServerPolicy
 
-    register("vllm", VLLMPolicy, config=VLLMPolicyConfig)
-    register("vllm_server", VLLMServerPolicy, config=VLLMServerPolicyConfig)
+    # the policies (and torch) load when a run builds one, not with the plugin
+    register("vllm", "agentgym_policy_vllm.policy:VLLMPolicy", config=VLLMPolicyConfig)
+    register(
+        "vllm_server", "agentgym_policy_vllm.server:VLLMServerPolicy", config=VLLMServerPolicyConfig
+    )
