@@ -117,7 +117,7 @@ def test_training_loses_a_server_mid_update_and_trains_on_no_env_error(
     last = history[-1]
     errors_a = last[f"env/server/{name_a}/env_errors"]
     assert errors_a >= 1 and last[f"env/server/{name_b}/env_errors"] == 0
-    assert 0 < last[f"env/server/{name_a}/seconds_down"] < 30
+    assert 0 < last[f"env/server/{name_a}/seconds_down"] < 120  # till the update ended, and a start
     # once a probe found it up, the restarted server got new episodes again
     before = KillOne.at_kill[f"server/{name_a}/episodes"]
     assert last[f"env/server/{name_a}/episodes"] > before
@@ -136,7 +136,7 @@ def test_an_evaluation_that_loses_a_server_is_complete(
     assert KillOne.at_kill and "episodes ended in env_error" in capsys.readouterr().out
     assert metrics["partial"] == 0.0 and metrics["env_errors"] == 0
     assert metrics["episodes"] == 24 and len(runs) == 24
-    deadline = time.monotonic() + 30  # the restart (a timer) is not left running past the test
+    deadline = time.monotonic() + 120  # the restart (a timer) is not left running past the test
     while b.starts < 2:
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -158,7 +158,7 @@ def test_a_down_server_gets_no_new_episodes_until_a_probe_finds_it_up():
         started = threading.Thread(target=dead.start)
         started.start()
         started.join(60)
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 30.0
         while not pool.is_up(dead.url):
             assert time.monotonic() < deadline, "no probe found the restarted server up"
             time.sleep(0.05)
@@ -222,7 +222,7 @@ def test_a_restart_a_probe_finds_drops_the_old_ids_before_any_episode_sends_one(
         with pytest.raises(RemoteEnvError, match="unreachable"):
             other.pool.request(a.url, "GET", "/info")  # someone finds it down
         a.start()
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + 30.0
         while not held.pool.is_up(a.url):
             assert time.monotonic() < deadline, "no probe found the restarted server up"
             time.sleep(0.05)

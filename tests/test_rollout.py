@@ -118,10 +118,11 @@ def test_env_errors_are_recorded_and_excluded(tiny_model):
     batch = TrajectoryBatch(crash)
     assert all(t.task_id != 1 for t in batch.trainable) and len(batch.trainable) == 4
 
-    slow = _engine(tiny_model, lambda: ColourEnv(slow_tasks={0}, delay=1.0)).run(
-        _episodes(2, 1), RolloutSettings(max_turns=2, env_timeout_s=0.2, seed=0)
+    # a timeout far above a normal call's time, so that a loaded machine times out nothing else
+    slow = _engine(tiny_model, lambda: ColourEnv(slow_tasks={0}, delay=6.0)).run(
+        _episodes(2, 1), RolloutSettings(max_turns=2, env_timeout_s=2.0, seed=0)
     )
-    assert slow[0].termination == Termination.ENV_ERROR and "longer than 0.2" in slow[0].error
+    assert slow[0].termination == Termination.ENV_ERROR and "longer than 2.0 s" in slow[0].error
     assert slow[1].termination != Termination.ENV_ERROR
 
 
@@ -129,14 +130,14 @@ def test_no_barrier_between_episodes(tiny_model):
     """Fast episodes finish all their turns while a slow one is still in its first env step."""
     log: list[tuple[int, float]] = []
     engine = _engine(
-        tiny_model, lambda: ColourEnv(slow_tasks={0}, delay=0.6, never_done=True, log=log)
+        tiny_model, lambda: ColourEnv(slow_tasks={0}, delay=3.0, never_done=True, log=log)
     )
     start = time.perf_counter()
     engine.run(_episodes(4, 1), RolloutSettings(max_turns=4, seed=0))
     slow_first_step = min(t for task, t in log if task == 0)
     fast_last_steps = [max(t for task, t in log if task == k) for k in (1, 2, 3)]
     assert all(t < slow_first_step for t in fast_last_steps)
-    assert slow_first_step - start >= 0.6
+    assert slow_first_step - start >= 3.0
 
 
 class _StaggeredResets(ColourEnv):
@@ -206,23 +207,24 @@ def test_hf_counters_split_generation_time_into_parts(tiny_model):
     counters = engine.policy.counters()
     parts = [counters[f"{part}_seconds"] for part in ("kv_cache", "prefill", "sampling", "decode")]
     assert min(parts) > 0
-    assert sum(parts) == pytest.approx(sum(busy), rel=0.1)
+    # the parts leave out only untimed bookkeeping, which a busy machine may stretch
+    assert 0.5 * sum(busy) < sum(parts) <= sum(busy)
     assert sorted(policy_counters(engine.policy)) == sorted(f"policy/{k}" for k in counters)
 
 
 def test_env_timeout_counts_running_time_not_queueing(tiny_model):
-    """Four 0.3 s steps through one env thread: each fits a 0.5 s timeout although they queue."""
+    """Six 0.5 s steps through one env thread: each fits a 2 s timeout although they queue 3 s."""
     model, tokenizer = tiny_model
     policy = HFPolicy(HFPolicyConfig(), model=model, tokenizer=tokenizer)
     engine = RolloutEngine(
-        lambda: ColourEnv(slow_tasks=range(4), delay=0.3),
+        lambda: ColourEnv(slow_tasks=range(6), delay=0.5),
         policy,
         ChatFormat(tokenizer, model.generation_config),
         env_threads=1,
     )
-    out = engine.run(_episodes(4, 1), RolloutSettings(max_turns=1, env_timeout_s=0.5, seed=0))
+    out = engine.run(_episodes(6, 1), RolloutSettings(max_turns=1, env_timeout_s=2.0, seed=0))
     assert Termination.ENV_ERROR not in {t.termination for t in out}
-    assert engine.env_seconds >= 4 * 0.3
+    assert engine.env_seconds >= 6 * 0.5
 
 
 class _HangingEnv(ColourEnv):
@@ -253,8 +255,8 @@ def test_hung_env_frees_its_slot_and_is_closed_once_it_returns(tiny_model):
         ChatFormat(tokenizer, model.generation_config),
         env_threads=1,
     )
-    out = engine.run(_episodes(3, 1), RolloutSettings(max_turns=2, env_timeout_s=0.3, seed=0))
-    assert out[0].termination == Termination.ENV_ERROR and "longer than 0.3" in out[0].error
+    out = engine.run(_episodes(3, 1), RolloutSettings(max_turns=2, env_timeout_s=2.0, seed=0))
+    assert out[0].termination == Termination.ENV_ERROR and "longer than 2.0 s" in out[0].error
     assert [t.termination for t in out[1:]] == [Termination.HORIZON] * 2
     assert closed == []  # never closed under a call that is still running
     release.set()
@@ -416,8 +418,8 @@ def test_env_pool_close_closes_instances_stopped_mid_episode_and_not_dropped_one
     pool.release(idle)
     pool.drop(dropped)  # its owner closes it (`RolloutEngine._discard`)
     start = time.monotonic()
-    pool.close(out_timeout_s=0.5)
-    assert time.monotonic() - start < 5
+    pool.close(out_timeout_s=3.0)  # room for the closing threads to start on a busy machine
+    assert time.monotonic() - start < 10
     assert sorted(closed) == ["idle", "out"]
     hang.set()
 

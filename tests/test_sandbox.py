@@ -129,7 +129,7 @@ def test_memory_exhaustion_is_a_memory_error_not_the_hosts(sandbox):
 def test_a_busy_loop_stops_at_the_cpu_limit(sandbox):
     started = time.monotonic()
     result = sandbox.run("while True:\n    pass\n")
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60  # 3 CPU seconds, however slowly a busy machine runs
     assert not result.ok and "CPU" in result.text()
 
 

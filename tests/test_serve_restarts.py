@@ -234,7 +234,7 @@ def test_servers_that_draw_ids_at_random_are_not_taken_for_restarted():
 # -- stopping a server while an env call never returns -----------------------------------------
 
 STUCK_SERVER = """
-import sys, threading
+import pathlib, sys, threading
 from agentgym_core.serve.app import create_app
 from agentgym_core.serve.runner import serve
 from agentgym_core.types import StepResult
@@ -249,6 +249,7 @@ class StuckEnv:
     def task_group(self, task_id): return "all"
     def step(self, action):
         with LOCK:  # and never lets go
+            pathlib.Path(sys.argv[2]).touch()  # tells the test the step is in the env now
             threading.Event().wait()
     def close(self):
         with LOCK:
@@ -269,8 +270,9 @@ def test_stop_with_a_stuck_env_call_exits_within_seconds_and_says_so(tmp_path, s
     script = tmp_path / "serve_stuck.py"
     script.write_text(textwrap.dedent(STUCK_SERVER))
     port = _free_port()
+    stepping = tmp_path / "stepping"
     process = subprocess.Popen(
-        [sys.executable, str(script), str(port)],
+        [sys.executable, str(script), str(port), str(stepping)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -293,7 +295,10 @@ def test_stop_with_a_stuck_env_call_exits_within_seconds_and_says_so(tmp_path, s
                 httpx.post(base + "/step", json={"id": sid, "action": "wait"}, timeout=60)
 
         threading.Thread(target=hang, daemon=True).start()
-        time.sleep(0.5)  # the step is in the env now, holding its lock
+        deadline = time.monotonic() + 60
+        while not stepping.exists():  # the step is in the env, holding its lock
+            assert time.monotonic() < deadline, "the step never reached the env"
+            time.sleep(0.05)
         started = time.monotonic()
         process.send_signal(sig)
         output, _ = process.communicate(timeout=20)  # before: SIGINT never exits

@@ -115,7 +115,7 @@ def test_backoff_doubles_with_jitter_up_to_the_cap(chat_server):
 
 
 def test_concurrency_limit_holds_and_is_reached(chat_server):
-    chat_server.state.latency_s = 0.15
+    chat_server.state.latency_s = 1.0  # long enough for 3 requests to overlap on a busy machine
     policy = make_policy(chat_server, max_concurrency=3)
 
     async def many():
