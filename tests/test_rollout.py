@@ -141,14 +141,14 @@ def test_no_barrier_between_episodes(tiny_model):
 
 
 class _StaggeredResets(ColourEnv):
-    """Task k's reset takes 15 k ms: requests reach the policy a few ms apart."""
+    """Task k's reset takes 150 k ms: requests reach the policy well apart, even when busy."""
 
     def reset(self, task_id):
-        time.sleep(0.015 * task_id)
+        time.sleep(0.15 * task_id)
         return super().reset(task_id)
 
 
-@pytest.mark.parametrize(("gather_ms", "one_batch"), [(100.0, True), (0.0, False)])
+@pytest.mark.parametrize(("gather_ms", "one_batch"), [(1000.0, True), (0.0, False)])
 def test_requests_arriving_close_together_share_a_batch(tiny_model, gather_ms, one_batch):
     engine = _engine(tiny_model, _StaggeredResets, gather_ms=gather_ms)
     engine.run(_episodes(6, 1), RolloutSettings(max_turns=1, seed=0))

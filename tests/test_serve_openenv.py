@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -223,14 +224,16 @@ def test_bad_input_gets_openenv_errors_and_the_session_goes_on(babyai):
 
 def test_fifty_sessions_at_once_beyond_max_sessions(host):
     app = build_app(host.registry, "babyai", BABYAI, protocol="openenv", max_sessions=20)
+    refused = threading.Event()
     with ServerThread(app) as server:
 
         def session(_: int) -> str:
             with _socket(server.url) as ws:
                 reply = _ask(ws, {"type": "reset", "data": {"split": "train", "index": 0}})
                 if reply["type"] == "error":
+                    refused.set()
                     return reply["data"]["code"]
-                time.sleep(1.0)  # hold the session while the others arrive
+                refused.wait(30)  # hold the session till the server has turned one away
                 return _ask(ws, {"type": "step", "data": {"text": "turn left"}})["type"]
 
         with ThreadPoolExecutor(50) as pool:
@@ -240,7 +243,7 @@ def test_fifty_sessions_at_once_beyond_max_sessions(host):
         assert "CAPACITY_REACHED" in outcomes
         with GenericEnvClient(base_url=server.url).sync() as client:  # all closed, room again
             assert client.reset(split="train", index=0).done is False
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while len(server.server.config.app.state.env_server.store) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(server.server.config.app.state.env_server.store) == 0
