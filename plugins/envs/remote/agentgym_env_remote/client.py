@@ -62,7 +62,7 @@ class SessionLost(RemoteEnvError):
 
 
 class ServerUnreachable(RemoteEnvError):
-    """The replica refused or dropped the connection; it is marked down until a probe answers."""
+    """The replica refused or dropped the connection; it is marked down until it answers again."""
 
 
 class ServerRestarted(SessionLost):
