@@ -82,7 +82,8 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
     bit for bit. The updates after it are compared with the straight run's loosely:
     bfloat16 CPU kernels round differently with the thread count and the process's
     state (a resume that lost the masters moves the loss by only ~3e-7 here, so a
-    tight comparison of losses would not catch it anyway, but flakes)."""
+    tight comparison of losses would not catch it anyway, but flakes: a busy 2-core
+    machine's resumed KL differed from the straight run's by 0.47%, 1.04e-4)."""
     restored = {}
 
     def restore_and_look(learner, resume):
@@ -135,8 +136,8 @@ def test_bfloat16_training_runs_and_resumes_exactly(tmp_path, babyai_model, lora
     _assert_same_state(restored["optimizer"], saved["optimizer"])
     for step in (2, 3):
         for key in ("train/loss", "train/kl"):
-            assert resumed.history[step][key] == pytest.approx(
-                straight.history[step][key], abs=1e-4
+            assert resumed.history[step][key] == pytest.approx(  # CI saw 0.47% on kl
+                straight.history[step][key], rel=0.02, abs=1e-4
             ), (step, key)
     state = torch.load(Path(straight.checkpoint) / "trainer_state.pt", weights_only=False)
     masters = state["extra"]["learner"].get("masters", [])
