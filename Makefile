@@ -12,7 +12,7 @@ OPENENV := openenv-core==0.3.0
 # installation" notices (a UserWarning in each build backend) would fill screens.
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip
 
-.PHONY: install browsers java sandbox demo test test-fast test-vllm test-gpu lint format dist clean
+.PHONY: install browsers java sandbox demo test test-fast test-vllm test-gpu test-gpu-runs gpu-wheels lint format dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,26 @@ test-gpu:
 	else \
 		$(MAKE) --no-print-directory $(STAMP) && $(BIN)/python -m pytest -q -m gpu tests/test_gpu.py; \
 	fi
+
+# Whole runs on the GPU: the tests that train, resume, evaluate and run the demo use the
+# machine's device whenever CUDA is there. On a GPU machine with no network they need what
+# `make gpu-wheels` downloads here (MLflow's store, minigrid) into .gpu-wheels, carried over
+# with the checkout: scripts/gpu_check.sh --setup-only installs it with the plugins they use.
+GPU_RUN_TESTS := tests/test_precision.py tests/test_lora.py tests/test_training.py tests/test_demo.py
+test-gpu-runs:
+	$(GPU_VENV)/bin/python -m pytest -q $(GPU_RUN_TESTS)
+
+# For the GPU machine's Python (3.12 by default) on x86-64 Linux; numpy and pydantic are
+# left out (every such machine's transformers brings numpy, scripts/gpu_wheels has pydantic).
+GPU_PYTHON_VERSION := 3.12
+GPU_PLATFORMS := manylinux2014_x86_64 manylinux_2_17_x86_64 manylinux_2_28_x86_64 any
+gpu-wheels: $(STAMP)
+	rm -rf .gpu-wheels
+	$(PIP) download -q --disable-pip-version-check --only-binary=:all: \
+		--python-version $(GPU_PYTHON_VERSION) $(addprefix --platform ,$(GPU_PLATFORMS)) \
+		-d .gpu-wheels -r scripts/gpu_wheels/runs.txt
+	rm -f .gpu-wheels/numpy-*.whl .gpu-wheels/pydantic-*.whl .gpu-wheels/pydantic_core-*.whl
+	@du -sh .gpu-wheels
 
 # Wheels of the core and every plugin in dist/ (offline: the venv's setuptools builds them).
 # A third-party plugin pins the core's API version, e.g. agentgym-core>=0.1,<0.2.

@@ -56,10 +56,28 @@ if ! PYTHONWARNINGS=ignore::UserWarning "${PIP[@]}" install -q --disable-pip-ver
     export PYTHONPATH="$PWD:$PWD/plugins/algorithms/grpo${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
+# With .gpu-wheels (`make gpu-wheels`, fetched where there is network): what whole runs need,
+# and the plugins `make test-gpu-runs` trains with, editable without their dependencies.
+RUN_WHEELS=${GPU_RUN_WHEELS:-.gpu-wheels}
+if [ -d "$RUN_WHEELS" ]; then
+    say "installing $RUN_WHEELS (offline) and the plugins of the GPU runs"
+    "${PIP[@]}" install -q --disable-pip-version-check --no-index --find-links "$RUN_WHEELS" \
+        --find-links "$WHEELS" -r "$WHEELS/runs.txt"
+    editable=()
+    for plugin in envs/babyai schedulers/fixed schedulers/scaling_inter schedulers/adaptive \
+        algorithms/sft algorithms/dpo algorithms/ppo algorithms/rloo algorithms/reinforce_pp \
+        algorithms/gigpo; do
+        editable+=(-e "plugins/$plugin")
+    done
+    PYTHONWARNINGS=ignore::UserWarning "${PIP[@]}" install -q --disable-pip-version-check \
+        --no-index --no-deps --no-build-isolation "${editable[@]}"
+fi
+
 "$PY" - <<'EOF'
 import importlib.metadata as md
 import torch
 names = ["torch", "transformers", "accelerate", "peft", "pydantic", "omegaconf", "agentgym-core"]
+names += ["mlflow-skinny", "minigrid"]
 versions = []
 for name in names:
     try:

@@ -79,7 +79,12 @@ class CrashAfterCheckpoint:
 def _batch_logprobs(model, trajectories) -> torch.Tensor:
     (mb,) = pack(trajectories, row_tokens=None, micro_batch_tokens=100_000)
     with torch.no_grad():
-        return token_logprobs(model, mb, 1.0)[0][mb.mask.bool()]
+        return token_logprobs(model, mb, 1.0)[0].cpu()[mb.mask.bool()]
+
+
+def _device(model) -> torch.device:
+    """Where a loaded model sits: a GPU machine's device (`make test-gpu-runs`), else the CPU."""
+    return next(model.parameters()).device
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +126,7 @@ def test_only_the_adapter_trains_and_the_checkpoint_holds_it(trained, babyai_mod
     for name, tensor in weights.items():
         if ".lora_" not in name:
             plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-            assert torch.equal(tensor, start[plain]), name  # the base did not move
+            assert torch.equal(tensor.cpu(), start[plain]), name  # the base did not move
     # the sampler generated with the adapter on: its log-probs are the learner's
     assert all(h["train/sampler_logprob_diff"] < 1e-4 for h in straight.history)
 
@@ -145,7 +150,7 @@ def test_the_reference_is_the_start_model_with_the_adapter_off(trained, babyai_m
     block = ModelConfig(path=str(babyai_model), lora=LORA)
     model, _ = load_training_model(block, babyai_model, Path(straight.checkpoint))
     trajectories = batches[-1].trainable[:4]
-    start = AutoModelForCausalLM.from_pretrained(babyai_model)
+    start = AutoModelForCausalLM.from_pretrained(babyai_model).to(_device(model))
     off = _batch_logprobs(lora.AdapterOff(model), trajectories)
     on = _batch_logprobs(model, trajectories)
     torch.testing.assert_close(off, _batch_logprobs(start, trajectories), rtol=0, atol=1e-5)
@@ -159,9 +164,9 @@ def test_merge_writes_weights_any_tool_loads(trained, babyai_model, tmp_path):
     straight, _, batches = trained
     out = tmp_path / "merged"
     assert agentgym(["model", "merge", str(straight.checkpoint), "--out", str(out)]) == 0
-    merged = AutoModelForCausalLM.from_pretrained(out)
     block = ModelConfig(path=str(babyai_model), lora=LORA)
     model, _ = load_training_model(block, babyai_model, Path(straight.checkpoint))
+    merged = AutoModelForCausalLM.from_pretrained(out).to(_device(model))
     trajectories = batches[-1].trainable[:4]
     torch.testing.assert_close(
         _batch_logprobs(merged, trajectories),
@@ -173,7 +178,7 @@ def test_merge_writes_weights_any_tool_loads(trained, babyai_model, tmp_path):
     synced = dict(lora.full_weights(model))
     plain = merged.state_dict()
     assert synced.keys() == plain.keys()
-    assert all(torch.allclose(synced[k], plain[k], atol=1e-6) for k in plain)
+    assert all(torch.allclose(synced[k].cpu(), plain[k].cpu(), atol=1e-6) for k in plain)
     assert agentgym(["model", "merge", str(babyai_model), "--out", str(tmp_path / "x")]) == 2
 
 
