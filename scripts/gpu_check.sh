@@ -5,7 +5,8 @@
 # the machine's own torch, transformers, accelerate and peft (--system-site-packages),
 # installs the few wheels the core needs beyond them from scripts/gpu_wheels (never from an
 # index), the core and the grpo plugin editable without their dependencies, then runs
-# benchmarks/gpu_check.py. --setup-only stops after the venv (then `make test-gpu`).
+# benchmarks/gpu_check.py. --setup-only stops after the venv (then `make test-gpu`, and with
+# .gpu-wheels from `make gpu-wheels`, `make test-gpu-runs`).
 # PYTHON picks the interpreter that holds torch (default python3); GPU_VENV the venv folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,11 +74,13 @@ if [ -d "$RUN_WHEELS" ]; then
         --no-index --no-deps --no-build-isolation "${editable[@]}"
 fi
 
-"$PY" - <<'EOF'
+GPU_RUNS=$([ -d "$RUN_WHEELS" ] && echo 1 || true) "$PY" - <<'EOF'
 import importlib.metadata as md
+import os
 import torch
 names = ["torch", "transformers", "accelerate", "peft", "pydantic", "omegaconf", "agentgym-core"]
-names += ["mlflow-skinny", "minigrid"]
+if os.environ.get("GPU_RUNS"):
+    names += ["mlflow-skinny", "minigrid"]
 versions = []
 for name in names:
     try:
@@ -89,7 +92,9 @@ print(f"[gpu_check.sh] {card}; " + ", ".join(versions))
 EOF
 
 if [ "$setup_only" = 1 ]; then
-    say "ready: make test-gpu, or $PY benchmarks/gpu_check.py"
+    runs=""
+    [ -d "$RUN_WHEELS" ] && runs=", make test-gpu-runs"
+    say "ready: make test-gpu$runs, or $PY benchmarks/gpu_check.py"
     exit 0
 fi
 PYTHONUNBUFFERED=1 exec "$PY" benchmarks/gpu_check.py "$@"
