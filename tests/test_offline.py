@@ -100,6 +100,19 @@ def test_micro_batches_keep_examples_whole_and_in_order():
     assert [ex for g in groups for ex in g] == examples
 
 
+def test_padded_micro_batches_go_longest_first_and_count_their_padding():
+    one = lambda n: (_seq([1] * n, [0] + [1] * (n - 1)),)  # noqa: E731
+    pair = lambda n, m: (_seq([1] * n, [0] + [1] * (n - 1)), _seq([1] * m, [0] + [1] * (m - 1)))  # noqa: E731
+    examples = [one(5), pair(8, 30), one(10), one(6), one(9), one(4)]
+    groups = micro_batches(examples, token_budget=40, padded=True)
+    # the pair alone (2 rows x 30 = 60: over the budget, kept whole); then 10, 9, 6 and 5
+    # pad to 4 rows x 10 = 40, the budget; 4 starts another group
+    assert groups == [[pair(8, 30)], [one(10), one(9), one(6), one(5)], [one(4)]]
+    assert micro_batches(examples, token_budget=10_000, padded=True) == [
+        [pair(8, 30), one(10), one(9), one(6), one(5), one(4)]  # 7 rows x 30 = 210
+    ]
+
+
 def test_step_indices_cover_each_epoch_once_and_are_pure():
     seen = [i for step in range(6) for i in step_indices(step, 5, 10, seed=3)]
     assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(range(10))

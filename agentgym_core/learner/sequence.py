@@ -56,8 +56,17 @@ def sequence_logprobs(
     return sums[:-1], counts[:-1]
 
 
-def micro_batches(examples: Sequence[Example], token_budget: int) -> list[list[Example]]:
-    """Consecutive whole examples grouped under `token_budget` tokens (at least one per group)."""
+def micro_batches(
+    examples: Sequence[Example], token_budget: int, *, padded: bool = False
+) -> list[list[Example]]:
+    """Whole examples grouped under `token_budget` tokens (at least one per group).
+
+    Shared rows: consecutive examples, counted by their tokens. `padded` (one row
+    per sequence, each as wide as the group's longest): longest first, counted
+    with their padding, so each group pads only to a width near its own.
+    """
+    if padded:
+        return _padded_groups(examples, token_budget)
     groups: list[list[Example]] = []
     current: list[Example] = []
     tokens = 0
@@ -70,6 +79,22 @@ def micro_batches(examples: Sequence[Example], token_budget: int) -> list[list[E
         tokens += size
     if current:
         groups.append(current)
+    return groups
+
+
+def _padded_groups(examples: Sequence[Example], token_budget: int) -> list[list[Example]]:
+    def longest(example: Example) -> int:
+        return max(len(s.token_ids) for s in example)
+
+    groups: list[list[Example]] = []
+    rows = width = 0
+    for example in sorted(examples, key=longest, reverse=True):
+        if groups and (rows + len(example)) * width <= token_budget:
+            groups[-1].append(example)
+            rows += len(example)
+        else:
+            groups.append([example])
+            rows, width = len(example), longest(example)
     return groups
 
 
@@ -97,7 +122,7 @@ def sequence_update(
     mine = [
         examples[i] for i in distributed.split_by_tokens(sizes, learner.world)[distributed.rank()]
     ]
-    groups = micro_batches(mine, micro_batch_tokens)
+    groups = micro_batches(mine, micro_batch_tokens, padded=not share_rows)
     plan = distributed.pad_to_busiest(groups, lambda: [examples[sizes.index(min(sizes))]])
     sums: dict[str, float] = defaultdict(float)
     for index, (group, weight) in enumerate(plan):
