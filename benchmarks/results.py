@@ -102,4 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if "--report" not in sys.argv:
+        from agentgym_core.numerics import flush_subnormals
+
+        flush_subnormals()  # this process is agentgym's own: before torch starts its threads
     sys.exit(main())

@@ -18,6 +18,7 @@ import torch
 
 from agentgym_core.config.load import load_config
 from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
+from agentgym_core.numerics import flush_subnormals
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.pipeline import run_pipeline
 from agentgym_core.tracking.console import format_table
@@ -64,6 +65,7 @@ def main() -> int:
     args = parser.parse_args()
 
     start = time.perf_counter()
+    flush_subnormals()  # before torch starts its threads (they inherit it)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)

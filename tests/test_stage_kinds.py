@@ -12,6 +12,7 @@ from agentgym_core.api import StageContext, StageOutcome
 from agentgym_core.config.errors import ConfigError
 from agentgym_core.config.resolve import validate_dict
 from agentgym_core.config.stages import expand_stages
+from agentgym_core.numerics import flushing_now
 from agentgym_core.run.pipeline import run_pipeline
 
 
@@ -42,7 +43,8 @@ class CopyStage:
         chain = (self.context.start_model / "chain.txt").read_text()
         (out / "chain.txt").write_text(chain + self.options.label)
         (out / "name.txt").write_text(self.context.name)
-        return StageOutcome(out, metrics={"copied": float(len(chain) + 1)})
+        metrics = {"copied": float(len(chain) + 1), "flushing": float(flushing_now())}
+        return StageOutcome(out, metrics=metrics)
 
 
 class CopyKind:
@@ -77,7 +79,8 @@ def test_a_plugin_stage_kind_runs_in_a_pipeline_with_its_options(tmp_path, agent
     assert [r.type for r in results] == ["copy", "copy"]
     assert (results[-1].model / "chain.txt").read_text() == "s12"  # each from the one before
     assert (results[-1].model / "name.txt").read_text() == "two"  # the stage's own name
-    assert results[-1].metrics == {"copied": 3.0}
+    assert results[-1].metrics == {"copied": 3.0, "flushing": 1.0}  # subnormals flushed
+    assert not flushing_now()  # within the stage only: this thread's state is as before
 
 
 def test_stage_types_options_and_kind_checks_are_validated_before_anything_runs(

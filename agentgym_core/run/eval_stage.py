@@ -8,6 +8,7 @@ from typing import Any
 from agentgym_core import distributed
 from agentgym_core.config.stages import Stage, expand_stages
 from agentgym_core.evaluation.metrics import measured
+from agentgym_core.numerics import subnormals_flushed
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.text import is_text_level
 from agentgym_core.run.components import Components, build_components, load_configured_model
@@ -53,6 +54,13 @@ def run_eval_stage(
     resolved: Any, host: PluginHost, model_path: Path, *, step: int = 0
 ) -> tuple[dict[str, float], list[Trajectory]]:
     """Evaluate the weights at `model_path` on the configured split."""
+    with subnormals_flushed():  # a trained model's subnormals would slow the CPU (numerics.py)
+        return _evaluate(resolved, host, model_path, step)
+
+
+def _evaluate(
+    resolved: Any, host: PluginHost, model_path: Path, step: int
+) -> tuple[dict[str, float], list[Trajectory]]:
     root = resolved.root
     components = build_components(resolved)
     settings = eval_settings(root, components, steps=root.trainer.steps)

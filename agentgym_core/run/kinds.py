@@ -129,6 +129,7 @@ def run_stage(
     Starts from `start_model` (None: `model.path`).
     """
     from agentgym_core.config.stages import stage_kind
+    from agentgym_core.numerics import subnormals_flushed
 
     kind = kind or stage_kind("train", resolved)
     registration = resolved.registry.get("stage", kind)
@@ -142,5 +143,6 @@ def run_stage(
         tracker=tracker,
         recorder=recorder,
     )
-    runner = registration.factory(context, options)
-    return runner.run(show_progress=show_progress, quiet=quiet)
+    with subnormals_flushed():  # a trained model's subnormals would slow the CPU (numerics.py)
+        runner = registration.factory(context, options)
+        return runner.run(show_progress=show_progress, quiet=quiet)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from agentgym_core.numerics import flush_subnormals
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 
@@ -97,6 +98,7 @@ def serve(
 ) -> None:
     """The child: build the stage's env, policy and engine, then play what is asked."""
     try:
+        flush_subnormals()  # this process is agentgym's own (numerics.py)
         torch.set_num_threads(threads)
         play = _build(raw, start_model, model_path)
         connection.send(("ready", None))
