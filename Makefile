@@ -79,6 +79,8 @@ test-gpu:
 # with the checkout: scripts/gpu_check.sh --setup-only installs it with the plugins they use.
 GPU_RUN_TESTS := tests/test_precision.py tests/test_lora.py tests/test_training.py tests/test_demo.py
 test-gpu-runs:
+	@test -x $(GPU_VENV)/bin/python || { echo "no $(GPU_VENV): on the GPU machine run" \
+		"bash scripts/gpu_check.sh --setup-only first, with .gpu-wheels (docs/gpu.md)"; exit 2; }
 	$(GPU_VENV)/bin/python -m pytest -q $(GPU_RUN_TESTS)
 
 # For the GPU machine's Python (3.12 by default) on x86-64 Linux; numpy and pydantic are
