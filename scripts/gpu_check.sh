@@ -60,7 +60,9 @@ fi
 # With .gpu-wheels (`make gpu-wheels`, fetched where there is network): what whole runs need,
 # and the plugins `make test-gpu-runs` trains with, editable without their dependencies.
 RUN_WHEELS=${GPU_RUN_WHEELS:-.gpu-wheels}
+GPU_RUNS=""
 if [ -d "$RUN_WHEELS" ]; then
+    GPU_RUNS=1
     say "installing $RUN_WHEELS (offline) and the plugins of the GPU runs"
     "${PIP[@]}" install -q --disable-pip-version-check --no-index --find-links "$RUN_WHEELS" \
         --find-links "$WHEELS" -r "$WHEELS/runs.txt"
@@ -74,7 +76,7 @@ if [ -d "$RUN_WHEELS" ]; then
         --no-index --no-deps --no-build-isolation "${editable[@]}"
 fi
 
-GPU_RUNS=$([ -d "$RUN_WHEELS" ] && echo 1 || true) "$PY" - <<'EOF'
+GPU_RUNS=$GPU_RUNS "$PY" - <<'EOF'
 import importlib.metadata as md
 import os
 import torch
@@ -92,9 +94,7 @@ print(f"[gpu_check.sh] {card}; " + ", ".join(versions))
 EOF
 
 if [ "$setup_only" = 1 ]; then
-    runs=""
-    [ -d "$RUN_WHEELS" ] && runs=", make test-gpu-runs"
-    say "ready: make test-gpu$runs, or $PY benchmarks/gpu_check.py"
+    say "ready: make test-gpu${GPU_RUNS:+, make test-gpu-runs}, or $PY benchmarks/gpu_check.py"
     exit 0
 fi
 PYTHONUNBUFFERED=1 exec "$PY" benchmarks/gpu_check.py "$@"
