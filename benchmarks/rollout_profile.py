@@ -13,6 +13,8 @@ summed time (on `rollout.env_threads` threads, so more than their wall time).
     make demo    # its trained checkpoint plays training-length episodes
     .venv/bin/python benchmarks/rollout_profile.py \\
         --model runs/demo/run/train/checkpoints/step-000100 --turns 10 --repeats 5
+
+Config overrides after the options try other settings (`rollout.env_threads=1`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentgym_core.config.load import load_config  # noqa: E402
+from agentgym_core.numerics import flush_subnormals  # noqa: E402
 from agentgym_core.plugins import PluginHost  # noqa: E402
 from agentgym_core.rollout.engine import EpisodeSpec  # noqa: E402
 from agentgym_core.run.components import build_components, load_configured_model  # noqa: E402
@@ -49,12 +52,15 @@ def main() -> None:
     parser.add_argument("--model", help="a checkpoint; default: a fresh demo model")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("overrides", nargs="*", help="config key=value (rollout.env_threads=2)")
     args = parser.parse_args()
 
+    flush_subnormals()  # as the demo does, before torch starts its threads
     host = PluginHost()
     with tempfile.TemporaryDirectory() as scratch:
         model_path = args.model or str(Path(scratch) / "model")
-        resolved = load_config(CONFIG, [f"model.path={model_path}"], host.registry)
+        overrides = [f"model.path={model_path}", *args.overrides]
+        resolved = load_config(CONFIG, overrides, host.registry)
         if args.model is None:
             build_model(host, resolved, Path(model_path), {})
         rows = profile(resolved, args.turns, args.repeats)
