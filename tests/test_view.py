@@ -221,6 +221,9 @@ def _colours(data_uri: str) -> set:
 
 def test_live_pages_reload_as_a_training_run_logs(run_dir, browser, tmp_path):
     """An open overview shows a stage that a real training run adds while it is open."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
     from agentgym_core.serve.runner import ServerThread
     from agentgym_core.view.app import create_app
 
@@ -236,42 +239,22 @@ def test_live_pages_reload_as_a_training_run_logs(run_dir, browser, tmp_path):
         browser.execute_script("window.notReloaded = true")
         result = agentgym("train", str(tmp_path / "more.yaml"), "--no-progress", "--quiet")
         assert result.returncode == 0, result.stderr
-        deadline = time.monotonic() + 30
-        while "Training: more" not in _body_text(browser):
-            assert time.monotonic() < deadline, "the open page never showed the new stage"
-            time.sleep(0.5)
+        # a reload may land between finding an element and using it: the wait tries again
+        wait = WebDriverWait(browser, 30, ignored_exceptions=[StaleElementReferenceException])
+        seen = {"body": ""}
+
+        def shows_new_stage(driver) -> bool:
+            seen["body"] = driver.find_element("tag name", "body").text
+            return "Training: more" in seen["body"]
+
+        with contextlib.suppress(TimeoutException):
+            wait.until(shows_new_stage)
+        assert "Training: more" in seen["body"], "the open page never showed the new stage"
         assert browser.execute_script("return window.notReloaded") is None  # it reloaded
-        _click_while_reloading(browser, "live")  # untick: the page stays as it is
+        # untick: the page stays as it is
+        wait.until(lambda d: d.find_element("id", "live").click() or True)
         assert browser.execute_script("return localStorage.getItem('agentgym-view-live')") == "off"
         browser.execute_script("localStorage.removeItem('agentgym-view-live')")
-
-
-def _body_text(browser) -> str:
-    """The page's text; "" while a reload replaces the page under the lookup."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    try:
-        return browser.find_element("tag name", "body").text
-    except StaleElementReferenceException:
-        return ""
-
-
-def _click_while_reloading(browser, element_id: str, within_s: float = 30.0) -> None:
-    """Click an element of a live page, again if a reload lands between finding and clicking.
-
-    A live page reloads each time the run's files change; the last writes of a finished
-    stage can still bring one after the page first shows it.
-    """
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            browser.find_element("id", element_id).click()
-            return
-        except StaleElementReferenceException:
-            assert time.monotonic() < deadline, f"#{element_id} never held still to be clicked"
-            time.sleep(0.2)
 
 
 def test_dump_dom_of_the_start_page_lists_episodes_with_levels(viewer, run_dir):
