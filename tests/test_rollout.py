@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -89,6 +90,36 @@ def test_same_seed_same_trajectories_whatever_the_batching(tiny_model):
     assert [t.token_ids for t in first] == [t.token_ids for t in serial]
     other = _engine(tiny_model).run(_episodes(), RolloutSettings(max_turns=3, seed=6))
     assert [t.token_ids for t in first] != [t.token_ids for t in other]
+
+
+def test_env_calls_inline_on_the_event_loop_give_the_threads_trajectories(tiny_model):
+    """`env_threads: 0` runs env calls on the event loop's own thread, with the same episodes."""
+    model, tokenizer = tiny_model
+    callers: set[str] = set()
+
+    class Recorded(ColourEnv):
+        def step(self, action):
+            callers.add(threading.current_thread().name)
+            return super().step(action)
+
+    def engine(threads, factory=Recorded):
+        policy = HFPolicy(HFPolicyConfig(), model=model, tokenizer=tokenizer)
+        chat = ChatFormat(tokenizer, model.generation_config)
+        return RolloutEngine(factory, policy, chat, env_threads=threads)
+
+    threaded = engine(4).run(_episodes(), RolloutSettings(max_turns=3, seed=5))
+    assert callers and all(name.startswith("env_") for name in callers)
+    callers.clear()
+    inline = engine(0).run(_episodes(), RolloutSettings(max_turns=3, seed=5))
+    assert callers == {threading.main_thread().name}  # `run` owns its loop on this thread
+    assert [t.token_ids for t in inline] == [t.token_ids for t in threaded]
+    assert [t.reward for t in inline] == [t.reward for t in threaded]
+
+    crash = engine(0, lambda: ColourEnv(fail_on={1})).run(
+        _episodes(3, 1), RolloutSettings(max_turns=3, seed=0)
+    )
+    assert [t.termination == Termination.ENV_ERROR for t in crash] == [False, True, False]
+    assert "env crashed on task 1" in crash[1].error
 
 
 def test_termination_reasons(tiny_model):

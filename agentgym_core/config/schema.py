@@ -164,7 +164,12 @@ class RolloutConfig(_Block):
         True, description="Restrict decoding to the env's valid actions where it lists them."
     )
     env_threads: int = Field(
-        8, gt=0, description="Threads running environment calls (sync envs run off the event loop)."
+        8,
+        ge=0,
+        description="Threads running environment calls (sync envs run off the event loop); 0 "
+        "runs each call on the event loop itself: fastest for an in-process env whose calls "
+        "take well under a millisecond (BabyAI), but no call can then time out "
+        "(`env_timeout_s`) and a slow one holds up every episode.",
     )
     env_recovery_s: float = Field(
         300.0,

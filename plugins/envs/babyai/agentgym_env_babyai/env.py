@@ -36,6 +36,11 @@ INSTRUCTION = """You are an agent in a grid world with a goal. Each turn, answer
 - check available actions"""
 
 
+def _no_image() -> None:
+    """Stands in for minigrid's `gen_obs` (see `BabyAIEnv.reset`)."""
+    return None
+
+
 def _quiet_level_generator() -> None:
     """BabyAI's level generator prints every rejected sample; silence it, thread-safely."""
     from minigrid.envs.babyai.core import roomgrid_level
@@ -56,6 +61,8 @@ class BabyAIEnv:
         self.success = False
         self._bot: Any = None
         self._last_primitive: int | None = None
+        self._seen: list[Thing] | None = None
+        """What the agent sees now (`visible`), until the next primitive step."""
 
     # -- tasks -------------------------------------------------------------------
 
@@ -84,12 +91,17 @@ class BabyAIEnv:
 
         level = self.task_group(task_id)
         if level not in self._games:
-            self._games[level] = gym.make(f"BabyAI-{level}-v0")
+            # unwrapped, and with no image observation: minigrid makes one (the agent's view,
+            # encoded) after every primitive step, which the text never reads, and it took
+            # about a third of a step's time; the view is made once per state (`_visible`)
+            game = gym.make(f"BabyAI-{level}-v0").unwrapped
+            game.gen_obs = _no_image
+            self._games[level] = game
         self.game = self._games[level]
         self.game.reset(seed=seeded_task(task_id, kinds=len(self.config.levels)).seed)
         self.things = name_objects(self.unwrapped)
         self.done, self.success = False, False
-        self._bot, self._last_primitive = None, None
+        self._bot, self._last_primitive, self._seen = None, None, None
         return self._observe(goal=True)
 
     @property
@@ -99,7 +111,7 @@ class BabyAIEnv:
 
     def _observe(self, *, goal: bool, note: str = "") -> str:
         goal = goal or self.config.repeat_goal
-        seen = visible(self.unwrapped, self.things)
+        seen = self._visible()
         actions = self._actions(seen) if self.config.list_actions else None
         return render.observation(self.unwrapped, seen, actions, goal=goal, note=note)
 
@@ -107,7 +119,13 @@ class BabyAIEnv:
         """Every action valid now (objects must be in view)."""
         if self.done:
             return None
-        return self._actions(visible(self.unwrapped, self.things))
+        return self._actions(self._visible())
+
+    def _visible(self) -> list[Thing]:
+        """What the agent sees, worked out once per state (observation, actions, step share it)."""
+        if self._seen is None:
+            self._seen = visible(self.unwrapped, self.things)
+        return self._seen
 
     def _actions(self, seen: list[Thing]) -> list[str]:
         env = self.unwrapped
@@ -134,7 +152,7 @@ class BabyAIEnv:
         action = " ".join(action.strip().lower().split())
         if action == CHECK:
             return StepResult(self._observe(goal=False), 0.0, False, info={"success": False})
-        if action not in self._actions(visible(self.unwrapped, self.things)):
+        if action not in self._actions(self._visible()):
             note = NOT_RECOGNIZED
             return StepResult(
                 self._observe(goal=False, note=note), 0.0, False, info={"success": False}
@@ -151,7 +169,7 @@ class BabyAIEnv:
         reward, truncated = 0.0, False
         for primitive in plan or [self.unwrapped.actions.done]:
             _, r, terminated, truncated, _ = self.game.step(primitive)
-            self._last_primitive = primitive
+            self._last_primitive, self._seen = primitive, None
             reward += float(r)
             if terminated or truncated:
                 self.done = True

@@ -55,6 +55,36 @@ def test_every_valid_action_is_accepted(env):
                 break
 
 
+def test_a_turn_works_out_the_agents_view_once(env, monkeypatch):
+    """Observation, valid actions and the step's check share one view; no image is made.
+
+    The view (minigrid's `gen_obs_grid`) and the encoded image its `gen_obs` makes after
+    every primitive step were most of a BabyAI turn's time, and the text uses the view only.
+    """
+    from minigrid.minigrid_env import MiniGridEnv
+
+    views, grid = [], MiniGridEnv.gen_obs_grid
+    monkeypatch.setattr(
+        MiniGridEnv, "gen_obs_grid", lambda self, *a, **k: views.append(1) or grid(self, *a, **k)
+    )
+    longest = 0
+    for task in env.tasks("train")[:10]:
+        env.reset(task)
+        assert len(views) == 1
+        for _ in range(6):
+            if env.done:
+                break
+            views.clear()
+            actions = env.valid_actions()
+            go = [a for a in actions if a.startswith("go to")]
+            result = env.step(go[-1] if go else "move forward")
+            # the new state's view, for its observation (none once the task is completed)
+            assert len(views) == (0 if result.info["success"] else 1)
+            longest = max(longest, result.info["primitive_steps"])
+        views.clear()
+    assert longest >= 3  # some turns ran several primitive steps, and made no view for each
+
+
 def test_invalid_action_gets_a_helpful_observation(env):
     env.reset(env.tasks("train")[0])
     result = env.step("fly to the moon")
