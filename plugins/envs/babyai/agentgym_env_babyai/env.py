@@ -92,8 +92,9 @@ class BabyAIEnv:
         level = self.task_group(task_id)
         if level not in self._games:
             # unwrapped, and with no image observation: minigrid makes one (the agent's view,
-            # encoded) after every primitive step, which the text never reads, and it took
-            # about a third of a step's time; the view is made once per state (`_visible`)
+            # encoded) after every primitive step, which the text never reads; with the view
+            # asked for three times a turn it was the env's largest cost in a profile of the
+            # demo's rollouts. The view is now made once per state (`_visible`)
             game = gym.make(f"BabyAI-{level}-v0").unwrapped
             game.gen_obs = _no_image
             self._games[level] = game

@@ -58,8 +58,9 @@ def test_every_valid_action_is_accepted(env):
 def test_a_turn_works_out_the_agents_view_once(env, monkeypatch):
     """Observation, valid actions and the step's check share one view; no image is made.
 
-    The view (minigrid's `gen_obs_grid`) and the encoded image its `gen_obs` makes after
-    every primitive step were most of a BabyAI turn's time, and the text uses the view only.
+    The view (minigrid's `gen_obs_grid`), asked for three times a turn, and the encoded image
+    its `gen_obs` makes after every primitive step were the env's largest cost in a profile
+    of the demo's rollouts; the text uses the view only.
     """
     from minigrid.minigrid_env import MiniGridEnv
 
