@@ -8,8 +8,9 @@ update, no KL term, the same number of updates. Free-text generation on both
 sides (TRL has no action constraint). The same prompts too: TRL's dataset is
 the tasks agentgym samples for each update, in order (`shuffle_dataset: false`),
 and the mean prompt and completion tokens of both are printed. agentgym runs
-twice, with the `hf` policy's two batching modes (static, the default, and
-continuous); TRL runs twice:
+three times: with the `hf` policy's two batching modes (static, the default, and
+continuous), and static with env calls on the event loop (`rollout.env_threads:
+0`, as the demo runs); TRL runs twice:
 at its fastest on a CPU (fp32, no gradient checkpointing) and with its own
 defaults for those two (bf16, gradient checkpointing). Each trainer runs in its
 own child process, the three alternating, so its peak RSS is its own; the first
@@ -84,6 +85,7 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
             "temperature": COMMON["temperature"],
             "constrained": False,
             "concurrency": args.tasks * args.group,
+            "env_threads": 0 if args.child == "ours-inline" else 4,
         },
         "trainer": {
             "steps": args.updates,
@@ -351,8 +353,15 @@ def lockstep_rollout(tokenizer, turns: int, tasks: list[int]):
 NAMES = {
     "ours": "agentgym (hf policy, batching: static, the default)",
     "ours-continuous": "agentgym (hf policy, batching: continuous)",
+    "ours-inline": "agentgym (hf policy, batching: static, env_threads: 0)",
     "trl": "TRL GRPOTrainer, fp32, no gradient checkpointing",
     "trl-defaults": "TRL GRPOTrainer, its defaults (bf16, gradient checkpointing)",
+}
+
+RATIO_HEADS = {
+    "ours": "agentgym static",
+    "ours-continuous": "agentgym continuous",
+    "ours-inline": "agentgym inline",
 }
 
 
@@ -409,26 +418,25 @@ def main() -> None:
     step = {k: median(s for r in v for s in r["seconds"][1:]) for k, v in runs.items()}
     peak = {k: median(r["peak_mib"] for r in v) for k, v in runs.items()}
     grow = {k: median(r["peak_mib"] - r["baseline_mib"] for r in v) for k, v in runs.items()}
+    ours = [which for which in runs if which in RATIO_HEADS]
     print(
         f"{args.tasks} tasks x {args.group} samples per update, {args.updates} updates, "
         f"up to {args.turns} turns per episode\n"
     )
     print(
-        "| trainer | s / update (median) | agentgym static / this | agentgym continuous / this "
-        "| prompt tokens (mean) | completion tokens (mean) | peak RSS MiB | peak above start MiB |"
+        "| trainer | s / update (median) | "
+        + "".join(f"{RATIO_HEADS[o]} / this | " for o in ours)
+        + "prompt tokens (mean) | completion tokens (mean) | peak RSS MiB | peak above start MiB |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|" + "---|" * len(ours) + "---|---|---|---|")
     for which in runs:
         name = NAMES[which]
         prompt = mean(n for r in runs[which] for n in r["prompt_tokens"])
         completion = mean(n for r in runs[which] for n in r["completion_tokens"])
-        ratio = f"{step['ours'] / step[which]:.2f}x" if "ours" in step else "-"
-        continuous = "-"
-        if "ours-continuous" in step:
-            continuous = f"{step['ours-continuous'] / step[which]:.2f}x"
+        ratios = "".join(f"{step[o] / step[which]:.2f}x | " for o in ours)
         print(
-            f"| {name} | {step[which]:.3f} | {ratio} | {continuous} "
-            f"| {prompt:.1f} | {completion:.1f} "
+            f"| {name} | {step[which]:.3f} | {ratios}"
+            f"{prompt:.1f} | {completion:.1f} "
             f"| {peak[which]:.0f} | {grow[which]:.0f} |"
         )
     print("\nPer update, median over updates after the first (seconds):\n")
