@@ -367,6 +367,15 @@ def test_unknown_scenario_and_arm_keys_are_named(tmp_path):
         load_scenario("start", tmp_path)
     (tmp_path / "chain.yaml").write_text(SCENARIO.replace("label: fixed 2", "start: si"))
     assert load_scenario("chain", tmp_path).arms["short"].start == "si"
+    wide = "label: fixed 2\n    model: {hidden_size: 32"
+    (tmp_path / "wide.yaml").write_text(
+        SCENARIO.replace("label: fixed 2", wide + "}\n    start: si")
+    )
+    with pytest.raises(SystemExit, match=r"arms.short.model: only an arm from scratch builds"):
+        load_scenario("wide", tmp_path)  # a checkpoint has its own sizes
+    (tmp_path / "typo.yaml").write_text(SCENARIO.replace("label: fixed 2", wide + ", hiden: 3}"))
+    with pytest.raises(SystemExit, match=r"arms.short.model: hiden: Extra inputs"):
+        load_scenario("typo", tmp_path)
 
 
 def test_each_evaluation_stage_gets_its_own_settings_not_the_last_ones(scenario, tmp_path):
@@ -386,6 +395,28 @@ def test_a_bad_evaluation_is_named_with_its_key(tmp_path):
     (tmp_path / "bad.yaml").write_text(SCENARIO.replace("max_turns: 4}", "max_turns: 4, kk: 2}"))
     with pytest.raises(SystemExit, match=r"evals\.test\.kk: unknown key \(did you mean 'k'\?\)"):
         load_scenario("bad", tmp_path)
+
+
+def test_an_arm_sized_apart_starts_from_its_own_model_with_the_same_tokenizer(tmp_path):
+    """`arms.<arm>.model` widens that arm's student only; the tokenizer is the seed's."""
+    from agentgym_core.plugins import PluginHost
+    from benchmarks.harness.runner import start_model
+
+    wide = "label: fixed 2\n    model: {hidden_size: 48, intermediate_size: 96}"
+    text = SCENARIO.replace("label: fixed 2", wide).replace("corpus: {}", "corpus: {tasks: 10}")
+    text = text.replace("{name: toy}", "{name: babyai, levels: [GoToObj]}")
+    (tmp_path / "toy.yaml").write_text(text)
+    toy, host = load_scenario("toy", tmp_path), PluginHost()
+    paths = Paths(tmp_path / "data", tmp_path / "work")
+    models = {arm: start_model(toy, toy.arms[arm], 0, paths, host, smoke=True) for arm in toy.arms}
+    sizes = {
+        arm: json.loads((path / "config.json").read_text())["hidden_size"]
+        for arm, path in models.items()
+    }
+    assert sizes == {"untrained": 64, "short": 48, "si": 64}
+    assert models["si"] == models["untrained"] != models["short"]
+    vocab = {(path / "tokenizer.json").read_text() for path in models.values()}
+    assert len(vocab) == 1
 
 
 def test_shipped_scenarios_load():

@@ -119,8 +119,20 @@ class Paths:
         return self.work / scenario / f"seed{seed}" / arm
 
 
-def build_model(scenario: Scenario, seed: int, out: Path, host: Any, *, smoke: bool) -> Path:
-    """The seed's starting model: a tiny Qwen2 with a tokenizer trained on the env's text."""
+def build_model(
+    scenario: Scenario,
+    seed: int,
+    out: Path,
+    host: Any,
+    *,
+    smoke: bool,
+    sizes: dict[str, Any] | None = None,
+) -> Path:
+    """The seed's starting model: a tiny Qwen2 with a tokenizer trained on the env's text.
+
+    `sizes`: the model's dimensions (default: the scenario's); the tokenizer is the
+    same whatever the sizes, as it is trained on the same text.
+    """
     from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 
     if (out / "config.json").exists():
@@ -134,7 +146,8 @@ def build_model(scenario: Scenario, seed: int, out: Path, host: Any, *, smoke: b
         texts = env_corpus(env, tasks, seed=seed, **corpus)
     finally:
         env.close()
-    return init_model(texts, out, TinyModelConfig(**{**scenario.model, "seed": seed}))
+    sizes = scenario.model if sizes is None else sizes
+    return init_model(texts, out, TinyModelConfig(**{**sizes, "seed": seed}))
 
 
 def pipeline_config(
@@ -264,10 +277,15 @@ def machine() -> dict[str, Any]:
 def start_model(
     scenario: Scenario, arm: Arm, seed: int, paths: Paths, host: Any, *, smoke: bool
 ) -> Path:
-    """The model an arm starts from: the seed's tiny model, or its `start` arm's checkpoint."""
-    base = build_model(
-        scenario, seed, paths.work / scenario.name / f"seed{seed}" / "model", host, smoke=smoke
-    )
+    """The model an arm starts from: the seed's tiny model (sized as the arm says), or its
+    `start` arm's checkpoint."""
+    seed_dir = paths.work / scenario.name / f"seed{seed}"
+    if arm.start == "scratch" and arm.model:
+        sizes = scenario.arm_model(arm)
+        return build_model(
+            scenario, seed, seed_dir / f"model-{arm.name}", host, smoke=smoke, sizes=sizes
+        )
+    base = build_model(scenario, seed, seed_dir / "model", host, smoke=smoke)
     if arm.start == "scratch":
         return base
     checkpoint = final_checkpoint(paths, scenario.name, arm.start, seed)
@@ -350,6 +368,8 @@ def train_and_evaluate(
     if explored := explorations(run_dir):
         result["explorations"] = explored
     result["config"].pop("model", None)
+    if arm.model:  # a student sized apart from the scenario's
+        result["model"] = scenario.arm_model(arm)
     return result
 
 

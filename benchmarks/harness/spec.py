@@ -4,8 +4,8 @@ A scenario names the agentgym config every arm shares (`config`), the arms
 (each a few overrides of it, e.g. its horizon schedule), the evaluations run
 before and after training, the tiny model to build, the seeds, and the
 paper's numbers to print beside ours. Every arm of a seed starts from the
-same model; `start: <arm>` arms start from that seed's checkpoint of the arm named
-(`start: sft`: the `sft` arm's).
+same model, unless it sizes its own (`model:`, over the scenario's); `start: <arm>`
+arms start from that seed's checkpoint of the arm named (`start: sft`: the `sft` arm's).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Arm:
     start: str = "scratch"  # or an arm's name (`sft`): the seed's checkpoint of that arm
     train: bool = True  # False: evaluate the start model only (`untrained`, `sft` is trained)
     stage: str = "train"  # or "evolve": AgentEvol rounds (the `evolve` block of the overrides)
+    model: dict[str, Any] = field(default_factory=dict)  # over the scenario's (a wider student)
 
     @property
     def stage_boundaries(self) -> list[int]:
@@ -60,6 +61,10 @@ class Scenario:
     smoke: dict[str, Any] = field(default_factory=dict)
     compare: dict[str, list[str]] = field(default_factory=dict)
     """Arm -> arms it is compared with, seed by seed (the report's paired differences)."""
+
+    def arm_model(self, arm: Arm) -> dict[str, Any]:
+        """The tiny model an arm from scratch starts from: the scenario's, with the arm's sizes."""
+        return {**self.model, **arm.model}
 
     def arm_config(self, arm: Arm, *, smoke: bool = False) -> dict[str, Any]:
         """The agentgym config of one arm (without run paths, model path and stages).
@@ -91,6 +96,7 @@ def load_scenario(name: str, directory: Path = CONFIGS) -> Scenario:
             spec.pop("overrides", {}),
             start=spec.pop("start", "scratch"),
             stage=spec.pop("stage", "train"),
+            model=spec.pop("model", {}),
         )
         if (stage := arms[arm_name].stage) not in ("train", "evolve"):
             raise SystemExit(f"{path}: arms.{arm_name}.stage: train or evolve, not {stage!r}")
@@ -103,6 +109,12 @@ def load_scenario(name: str, directory: Path = CONFIGS) -> Scenario:
                 f"{path}: arms.{arm.name}.start: scratch or an arm that trains ({trained}), "
                 f"not {arm.start!r}"
             )
+        if arm.model and arm.start != "scratch":
+            raise SystemExit(
+                f"{path}: arms.{arm.name}.model: only an arm from scratch builds its own model; "
+                f"this one starts from {arm.start!r}'s checkpoint"
+            )
+    check_models(data.get("model", {}), arms, path)
     check_paper(data.get("paper", {}), path)
     check_evals(data.get("evals", {}), path)
     for first, others in data.get("compare", {}).items():
@@ -126,6 +138,24 @@ def check_paper(paper: dict[str, Any], path: Path) -> None:
             raise SystemExit(f"{where}: keys must be name and values, got {sorted(map(str, row))}")
         if len(row["values"]) != columns:
             raise SystemExit(f"{where}: {len(row['values'])} values for {columns} columns")
+
+
+def check_models(model: dict[str, Any], arms: dict[str, Arm], path: Path) -> None:
+    """The scenario's model, and each arm's over it, are valid `TinyModelConfig`s."""
+    from pydantic import ValidationError
+
+    from agentgym_core.modeling.tiny import TinyModelConfig
+
+    for where, sizes in [("model", model)] + [
+        (f"arms.{arm.name}.model", {**model, **arm.model}) for arm in arms.values() if arm.model
+    ]:
+        try:
+            TinyModelConfig.model_validate(sizes)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
+            )
+            raise SystemExit(f"{path}: {where}: {problems}") from None
 
 
 def check_evals(evals: dict[str, Any], path: Path) -> None:
