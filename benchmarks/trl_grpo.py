@@ -13,7 +13,7 @@ continuous), and static with env calls on the event loop (`rollout.env_threads:
 0`, as the demo runs); TRL runs twice:
 at its fastest on a CPU (fp32, no gradient checkpointing) and with its own
 defaults for those two (bf16, gradient checkpointing). Each trainer runs in its
-own child process, the three alternating, so its peak RSS is its own; the first
+own child process, all of them alternating, so its peak RSS is its own; the first
 update of each run is left out of the time (allocator and first-call costs).
 Phases per update: generation, env/reward and the rest (the learner; for
 agentgym, generation and env steps overlap in one rollout phase). TRL is not a
