@@ -85,7 +85,7 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
             "temperature": COMMON["temperature"],
             "constrained": False,
             "concurrency": args.tasks * args.group,
-            "env_threads": 0 if args.child == "ours-inline" else 4,
+            **({"env_threads": 0} if args.child == "ours-inline" else {}),
         },
         "trainer": {
             "steps": args.updates,

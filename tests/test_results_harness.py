@@ -374,7 +374,7 @@ def test_unknown_scenario_and_arm_keys_are_named(tmp_path):
     with pytest.raises(SystemExit, match=r"arms.short.model: only an arm from scratch builds"):
         load_scenario("wide", tmp_path)  # a checkpoint has its own sizes
     (tmp_path / "typo.yaml").write_text(SCENARIO.replace("label: fixed 2", wide + ", hiden: 3}"))
-    with pytest.raises(SystemExit, match=r"arms.short.model: hiden: Extra inputs"):
+    with pytest.raises(SystemExit, match=r"arms.short.model.hiden: unknown key"):
         load_scenario("typo", tmp_path)
 
 

@@ -144,18 +144,17 @@ def check_models(model: dict[str, Any], arms: dict[str, Arm], path: Path) -> Non
     """The scenario's model, and each arm's over it, are valid `TinyModelConfig`s."""
     from pydantic import ValidationError
 
+    from agentgym_core.config.errors import pydantic_problems
     from agentgym_core.modeling.tiny import TinyModelConfig
 
-    for where, sizes in [("model", model)] + [
-        (f"arms.{arm.name}.model", {**model, **arm.model}) for arm in arms.values() if arm.model
+    for where, sizes in [(("model",), model)] + [
+        (("arms", arm.name, "model"), {**model, **arm.model}) for arm in arms.values() if arm.model
     ]:
         try:
             TinyModelConfig.model_validate(sizes)
         except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
-            )
-            raise SystemExit(f"{path}: {where}: {problems}") from None
+            problems = pydantic_problems(error, TinyModelConfig, where)
+            raise SystemExit(f"{path}: " + "; ".join(map(str, problems))) from None
 
 
 def check_evals(evals: dict[str, Any], path: Path) -> None:
