@@ -259,6 +259,25 @@ class OfflineDataset(Protocol):
         """
         ...
 
+    def takeover_items(
+        self,
+        *,
+        episodes: int,
+        split: str,
+        roll_in_turns: int,
+        max_turns: int,
+        env_options: Mapping[str, Any],
+        key: str,
+        workers: int = 1,
+    ) -> list[AgentTrajItem]:
+        """DAgger-style items: the stage's starting model plays, the env's expert takes over.
+
+        The model plays the first `episodes` tasks of `split` (at most `roll_in_turns`
+        turns each); each episode is cut at a seeded turn, replayed, and finished by the
+        expert. Kept: won takeovers, the model's turns as context (`loss: false`).
+        """
+        ...
+
     def stage_rollouts(self, stage: str, key: str) -> list[Trajectory]:
         """Every trajectory an earlier pipeline stage saved (`tracking.save_rollouts`)."""
         ...

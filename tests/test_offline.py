@@ -500,3 +500,39 @@ def test_an_sft_stage_shares_its_expert_episodes_among_processes_as_asked(
     assert shares == [2]
     assert written[1] == written[2] and len(yaml.safe_load(written[1])) > 0
     assert steps[1] == steps[2] > 0
+
+
+def test_an_sft_stage_adds_the_experts_takeovers_of_its_models_own_episodes(tmp_path, babyai_model):
+    """`expert.roll_in`: the starting model plays, the bot finishes; its turns are context."""
+    host = PluginHost()
+    expert = {"episodes": 6, "max_turns": 8, "roll_in": {"episodes": 12, "max_turns": 6}}
+    path = _config(
+        tmp_path,
+        babyai_model,
+        "dagger",
+        {"name": "sft", "expert": expert, "batch_size": 4},
+        trainer={"steps": 1, "checkpoint_every": 0},
+    )
+    trained = run_stage(load_config(path, [], host.registry), host, show_progress=False)
+    metrics = trained.history[0]
+    takeovers = yaml.safe_load((tmp_path / "dagger" / "takeover.json").read_text())
+    bot = yaml.safe_load((tmp_path / "dagger" / "expert.json").read_text())
+    assert metrics["data/takeovers_played"] == 12
+    assert 0 < metrics["data/takeovers_kept"] == len(takeovers) <= metrics["data/takeovers_cut"]
+    assert metrics["data/takeovers_diverged"] == 0
+    assert metrics["data/examples"] == len(bot) + len(takeovers)
+    # the model's turns: 12 episodes of 1-6 actions each
+    assert 12 <= metrics["data/roll_in_env_steps"] <= 72
+    for item in takeovers:
+        actions = [turn for turn in item["conversations"][3:] if turn["from"] == "gpt"]
+        cut = item["roll_in_turns"]
+        assert cut >= 1 and len(actions) > cut
+        assert [turn["loss"] for turn in actions] == [False] * cut + [True] * (len(actions) - cut)
+
+
+def test_a_roll_in_without_its_episodes_names_the_key(tmp_path, babyai_model):
+    host = PluginHost()
+    expert = {"episodes": 6, "roll_in": {"max_turns": 6}}
+    path = _config(tmp_path, babyai_model, "dagger-bad", {"name": "sft", "expert": expert})
+    with pytest.raises(ConfigError, match=r"algorithm\.expert\.roll_in\.episodes"):
+        load_config(path, [], host.registry)

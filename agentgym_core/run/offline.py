@@ -18,7 +18,7 @@ import glob
 import json
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +36,21 @@ from agentgym_core.data.agenttraj import (
 )
 from agentgym_core.data.expert import (
     ExpertEnvironment,
+    ExpertRun,
+    RollIn,
+    cut_roll_in,
     expert_items,
     expert_items_in_processes,
 )
 from agentgym_core.interfaces import OfflineAlgorithm
 from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.sequence import Example, sequence_update
+from agentgym_core.numerics import subnormals_flushed
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.run.components import build_components
 from agentgym_core.run.eval_stage import eval_settings
-from agentgym_core.run.evaluate import evaluate_model
+from agentgym_core.run.evaluate import EvalSettings, evaluate_model
 from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics, raise_problems
 from agentgym_core.run.rollout_step import rollout_settings
 from agentgym_core.run.runtime import Checkpoints, open_learner, stage_progress
@@ -166,8 +170,12 @@ class StageData:
         *,
         earlier: Mapping[str, Path],
         prefix: Sequence[Any],
+        play: Callable[[str, int, int], list[Trajectory]] | None = None,
     ) -> None:
         self.resolved = resolved
+        self.play = play
+        """Plays (split, tasks, max_turns) with the stage's starting model: one sampled episode
+        of each of the split's first tasks (what a roll-in takes over from)."""
         self.chat = chat
         self.earlier = dict(earlier)
         self.prefix = tuple(prefix)
@@ -175,6 +183,10 @@ class StageData:
         self.output_dir = Path(resolved.root.run.output_dir)
         self.expert_env_steps = 0
         """Env steps the expert took to make this stage's data (a cost of the SFT rows)."""
+        self.roll_in_env_steps = 0
+        """Env steps the stage's model took in the episodes the expert took over."""
+        self.takeovers: dict[str, int] = {}
+        """Counts of the takeovers: episodes played, cut, diverged on replay, kept."""
 
     def error(self, key: str, message: str) -> ConfigError:
         """A config error at `algorithm.<key>` of this stage."""
@@ -215,6 +227,72 @@ class StageData:
         With `workers` above 1 the tasks are shared among as many processes, each with
         its own env (`expert_items_in_processes`).
         """
+        run = self._expert_run(
+            lambda env: self._split_tasks(env, split)[:episodes],
+            max_turns=max_turns,
+            env_options=env_options,
+            key=key,
+            workers=workers,
+        )
+        return self._keep(run, "expert.json", "expert")
+
+    def takeover_items(
+        self,
+        *,
+        episodes: int,
+        split: str,
+        roll_in_turns: int,
+        max_turns: int,
+        env_options: Mapping[str, Any],
+        key: str,
+        workers: int = 1,
+    ) -> list[AgentTrajItem]:
+        """DAgger-style items: the stage's model plays, the expert takes over; takeover.json.
+
+        The starting model plays the first `episodes` tasks of `split` (one sampled
+        episode each, at most `roll_in_turns` turns); each episode is cut at a seeded turn
+        (`cut_roll_in`) and the expert finishes it from there in `max_turns` turns. The
+        model's turns stay as context, the expert's are trained on; won takeovers are kept.
+        """
+        if self.play is None:
+            raise self.error(key, "a roll-in needs the stage's model to play; none was given")
+        played = self.play(split, episodes, roll_in_turns)
+        self.roll_in_env_steps += sum(len(t.turns) for t in played)
+        cuts = [(t.task_id, cut_roll_in(t, self.seed)) for t in played]
+        cuts = [(task, roll_in) for task, roll_in in cuts if roll_in is not None]
+        run = self._expert_run(
+            lambda env: [task for task, _ in cuts],
+            max_turns=max_turns,
+            env_options=env_options,
+            key=key,
+            workers=workers,
+            roll_ins=[roll_in for _, roll_in in cuts],
+        )
+        self.takeovers = {
+            "played": len(played),
+            "cut": len(cuts),
+            "diverged": run.diverged,
+            "kept": len(run.items),
+        }
+        return self._keep(run, "takeover.json", "takeover")
+
+    def _split_tasks(self, env: Any, split: str) -> list[Any]:
+        try:
+            return list(env.tasks(split))
+        except ValueError as exc:
+            raise self.error("expert.split", str(exc)) from None
+
+    def _expert_run(
+        self,
+        tasks_of: Callable[[Any], list[Any]],
+        *,
+        max_turns: int,
+        env_options: Mapping[str, Any],
+        key: str,
+        workers: int,
+        roll_ins: list[RollIn] | None = None,
+    ) -> ExpertRun:
+        """The expert's episodes of `tasks_of(env)`, in this process or `workers` of them."""
         registration, options = self.resolved.components["env"]
         merged = {**options.model_dump(), **env_options}
         try:
@@ -225,10 +303,7 @@ class StageData:
         timeout_s = self.resolved.root.rollout.env_timeout_s
         env = registration.factory(validated)
         try:
-            try:
-                tasks = list(env.tasks(split))[:episodes]
-            except ValueError as exc:
-                raise self.error("expert.split", str(exc)) from None
+            tasks = tasks_of(env)
             if not isinstance(env, ExpertEnvironment):
                 raise self.error(
                     "expert",
@@ -237,7 +312,12 @@ class StageData:
                 )
             if workers <= 1:
                 run = expert_items(
-                    env, registration.name, tasks, max_turns=max_turns, timeout_s=timeout_s
+                    env,
+                    registration.name,
+                    tasks,
+                    max_turns=max_turns,
+                    timeout_s=timeout_s,
+                    roll_ins=roll_ins,
                 )
         finally:
             env.close()
@@ -249,12 +329,16 @@ class StageData:
                 workers=workers,
                 max_turns=max_turns,
                 timeout_s=timeout_s,
+                roll_ins=roll_ins,
             )
-        raw = run.items
         self.expert_env_steps += run.env_steps
-        items = parse_items(raw, f"<expert {registration.name}>")
+        return run
+
+    def _keep(self, run: ExpertRun, filename: str, what: str) -> list[AgentTrajItem]:
+        """The run's items, validated, and written once to `filename` in the stage's folder."""
+        items = parse_items(run.items, f"<{what} {self.resolved.components['env'][0].name}>")
         if distributed.is_main():  # every rank made the same items; one file
-            write_items(items, self.output_dir / "expert.json")
+            write_items(items, self.output_dir / filename)
         return items
 
     def stage_rollouts(self, stage: str, key: str) -> list[Trajectory]:
@@ -330,8 +414,9 @@ class OfflineStage:
         if first_step >= trainer.steps:  # finished earlier: a re-run pipeline moves on
             return StageOutcome(opened.weights, history, first_step, last_metrics(history))
         model = learner.unwrapped
-        examples, dropped, expert_steps = self._examples(
-            ChatFormat(opened.tokenizer, model.generation_config)
+        examples, dropped, data = self._examples(
+            ChatFormat(opened.tokenizer, model.generation_config),
+            functools.partial(self._play, model, opened.tokenizer),
         )
         if show_progress and distributed.is_main():
             print(f"[{root.run.name}] {len(examples)} examples ({dropped} left out)")
@@ -343,8 +428,8 @@ class OfflineStage:
                 metrics = self._step(step, learner, examples)
                 metrics["step_seconds"] = time.perf_counter() - start
                 metrics["data/examples"] = float(len(examples))
-                if expert_steps and step == first_step:  # made once per (re)started stage
-                    metrics["data/expert_env_steps"] = float(expert_steps)
+                if step == first_step:  # made once per (re)started stage
+                    metrics.update(data_metrics(data))
                 history.append(metrics)
                 context.host.after_update(step, metrics)
                 progress.update(step + 1, metrics)
@@ -356,13 +441,18 @@ class OfflineStage:
             progress.close()
         return StageOutcome(checkpoints.latest, history, first_step, last_metrics(history))
 
-    def _examples(self, chat: ChatFormat) -> tuple[list[Example], int, int]:
+    def _examples(
+        self, chat: ChatFormat, play: Callable[[str, int, int], list[Trajectory]]
+    ) -> tuple[list[Example], int, StageData]:
         """The algorithm's examples that fit the context budget and train on something.
 
-        Also returns how many were left out, and the env steps an expert took to make them.
+        Also returns how many were left out, and the data services that made them (what
+        making them cost).
         """
         context = self.context
-        data = StageData(self.resolved, chat, earlier=context.earlier, prefix=context.prefix)
+        data = StageData(
+            self.resolved, chat, earlier=context.earlier, prefix=context.prefix, play=play
+        )
         try:
             examples = self.algorithm.examples(data)
         except AgentTrajError as exc:
@@ -379,7 +469,31 @@ class OfflineStage:
                 f"no training examples: {len(examples)} built, none with agent tokens "
                 f"within rollout.max_context_tokens={budget}",
             )
-        return kept, len(examples) - len(kept), data.expert_env_steps
+        return kept, len(examples) - len(kept), data
+
+    def _play(
+        self, model: Any, tokenizer: Any, split: str, num_tasks: int, max_turns: int
+    ) -> list[Trajectory]:
+        """One sampled episode of each of the split's first tasks, as training rollouts sample."""
+        root = self.root
+        settings = EvalSettings(
+            split=split,
+            num_tasks=num_tasks,
+            max_turns=max_turns,
+            seed=root.run.seed,
+            env_recovery_s=root.rollout.env_recovery_s,
+        )
+        rollout = rollout_settings(root, max_turns=max_turns, seed=root.run.seed)
+        with subnormals_flushed():
+            _, trajectories = evaluate_model(
+                model,
+                tokenizer,
+                self.components,
+                settings,
+                rollout,
+                env_threads=root.rollout.env_threads,
+            )
+        return trajectories
 
     def _step(self, step: int, learner: Learner, examples: list[Example]) -> dict[str, float]:
         size = self.algorithm.batch_size
@@ -410,6 +524,17 @@ class OfflineStage:
         )
         self.context.host.after_evaluation(step, settings.split, metrics)
         return metrics
+
+
+def data_metrics(data: StageData) -> dict[str, float]:
+    """What making the stage's data cost: expert env steps, and a roll-in's steps and counts."""
+    out = {}
+    if data.expert_env_steps:
+        out["data/expert_env_steps"] = float(data.expert_env_steps)
+    if data.takeovers:
+        out["data/roll_in_env_steps"] = float(data.roll_in_env_steps)
+        out.update({f"data/takeovers_{k}": float(v) for k, v in data.takeovers.items()})
+    return out
 
 
 def _needs_offline(config: Any, prefix: Sequence[Any]) -> list[Problem]:

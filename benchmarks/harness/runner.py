@@ -41,6 +41,8 @@ CURVE_KEYS = {
     "tokens": "rollout/generated_tokens",
     "seconds": "step_seconds",
     "expert_env_steps": "data/expert_env_steps",
+    "roll_in_env_steps": "data/roll_in_env_steps",
+    "takeovers_kept": "data/takeovers_kept",
 }
 
 
@@ -234,7 +236,8 @@ def cost(
 ) -> dict[str, float]:
     """Training wall time, env steps (actions taken) and sampled tokens of a run.
 
-    Env steps include the expert's when a stage made SFT data. `explored`: an
+    Env steps include the expert's when a stage made SFT data, and the model's in the
+    episodes the expert took over (`expert.roll_in`). `explored`: an
     evolve stage's explorations (their `explore.json`), which play episodes
     outside the update curve.
     """
@@ -243,6 +246,7 @@ def cost(
     )
     steps += sum(e.get("evolve/env_steps", 0.0) for e in explored)
     steps += sum(p.get("expert_env_steps", 0.0) for p in curve)  # making SFT data
+    steps += sum(p.get("roll_in_env_steps", 0.0) for p in curve)  # the model's, taken over
     tokens = sum(p.get("tokens", 0.0) for p in curve)
     tokens += sum(e.get("evolve/sampled_tokens", 0.0) for e in explored)
     return {

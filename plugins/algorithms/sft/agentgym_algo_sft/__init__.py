@@ -3,11 +3,12 @@
 The algorithm (and torch) loads on first use, not when the plugin loads.
 """
 
-from agentgym_algo_sft.config import ExpertData, SFTConfig
+from agentgym_algo_sft.config import ExpertData, RollIn, SFTConfig
 from agentgym_core.api import hookimpl, lazy_exports
 
 __all__ = [
     "ExpertData",
+    "RollIn",
     "SFT",
     "SFTConfig",
 ]

@@ -7,6 +7,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+class RollIn(BaseModel):
+    """DAgger-style data: the stage's starting model plays, the expert takes over.
+
+    Cloning shows the model only the expert's states; here the expert finishes episodes
+    from states the model reached itself (each cut at a seeded turn), so the model learns
+    how to recover from its own mistakes. The stage should start from a trained model
+    (`model.path`, or an earlier stage).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    episodes: int = Field(
+        gt=0,
+        description="First N tasks of the expert's split played by the starting model, one "
+        "sampled episode each.",
+    )
+    max_turns: int = Field(64, gt=0, description="Turn limit of the model's episodes.")
+
+
 class ExpertData(BaseModel):
     """Expert episodes generated on the fly with the env's `expert_action()`."""
 
@@ -27,6 +46,11 @@ class ExpertData(BaseModel):
         default_factory=dict,
         description="Options merged over the stage's env block for these episodes "
         "(e.g. other levels); validated by the env plugin.",
+    )
+    roll_in: RollIn | None = Field(
+        None,
+        description="Also the expert's takeovers of the starting model's episodes "
+        "(DAgger-style); the expert has max_turns turns after the cut. null: none.",
     )
 
 

@@ -6,7 +6,8 @@ turns given the conversation so far.
 
 Data: AgentTraj JSON files (`files`, paths or globs), saved trajectories
 (`trajectories`, JSONL) and/or episodes of the env's own expert generated
-at the start of the stage (`expert`). Only
+at the start of the stage (`expert`), with `expert.roll_in` also the
+expert's takeovers of the starting model's own episodes (DAgger-style). Only
 assistant turns marked `loss: true`, or every assistant turn when the field
 is absent, carry loss; instructions and observations are context. Sequences
 are tokenized exactly as rollouts are, so the trained turns are the tokens
@@ -54,6 +55,16 @@ class SFT:
                 key="expert.env",
                 workers=expert.workers,
             )
+            if expert.roll_in is not None:
+                items += data.takeover_items(
+                    episodes=expert.roll_in.episodes,
+                    split=expert.split,
+                    roll_in_turns=expert.roll_in.max_turns,
+                    max_turns=expert.max_turns,
+                    env_options=expert.env,
+                    key="expert.roll_in",
+                    workers=expert.workers,
+                )
         examples = [
             (data.sequence(item.conversations, task_id=_task(item.task_id)),) for item in items
         ]
