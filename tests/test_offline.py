@@ -536,3 +536,28 @@ def test_a_roll_in_without_its_episodes_names_the_key(tmp_path, babyai_model):
     path = _config(tmp_path, babyai_model, "dagger-bad", {"name": "sft", "expert": expert})
     with pytest.raises(ConfigError, match=r"algorithm\.expert\.roll_in\.episodes"):
         load_config(path, [], host.registry)
+
+
+def test_a_resumed_roll_in_stage_plays_its_starting_model_again_not_its_checkpoint(
+    tmp_path, babyai_model
+):
+    """The data of a resumed stage is the first run's: the takeovers are played again by the
+    starting model, not by the checkpoint the learner resumes from."""
+    host = PluginHost()
+    expert = {"episodes": 4, "max_turns": 8, "roll_in": {"episodes": 12, "max_turns": 6}}
+    sft = {"name": "sft", "expert": expert, "batch_size": 4}
+    path = _config(
+        tmp_path,
+        babyai_model,
+        "resumed",
+        sft,
+        trainer={"steps": 4, "checkpoint_every": 2, "lr": 3e-2},
+    )
+    first = run_stage(
+        load_config(path, ["trainer.steps=2"], host.registry), host, show_progress=False
+    )
+    written = (tmp_path / "resumed" / "takeover.json").read_text()
+    resumed = run_stage(load_config(path, [], host.registry), host, show_progress=False)
+    assert (first.resumed_from, resumed.resumed_from) == (0, 2)
+    assert len(yaml.safe_load(written)) > 0
+    assert (tmp_path / "resumed" / "takeover.json").read_text() == written

@@ -48,7 +48,7 @@ from agentgym_core.learner.sequence import Example, sequence_update
 from agentgym_core.numerics import subnormals_flushed
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
-from agentgym_core.run.components import build_components
+from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.eval_stage import eval_settings
 from agentgym_core.run.evaluate import EvalSettings, evaluate_model
 from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics, raise_problems
@@ -416,7 +416,8 @@ class OfflineStage:
         model = learner.unwrapped
         examples, dropped, data = self._examples(
             ChatFormat(opened.tokenizer, model.generation_config),
-            functools.partial(self._play, model, opened.tokenizer),
+            # a resumed stage's learner has moved on: its data is played by the starting model
+            functools.partial(self._play, model if first_step == 0 else None, opened.tokenizer),
         )
         if show_progress and distributed.is_main():
             print(f"[{root.run.name}] {len(examples)} examples ({dropped} left out)")
@@ -472,10 +473,16 @@ class OfflineStage:
         return kept, len(examples) - len(kept), data
 
     def _play(
-        self, model: Any, tokenizer: Any, split: str, num_tasks: int, max_turns: int
+        self, model: Any | None, tokenizer: Any, split: str, num_tasks: int, max_turns: int
     ) -> list[Trajectory]:
-        """One sampled episode of each of the split's first tasks, as training rollouts sample."""
+        """One sampled episode of each of the split's first tasks, as training rollouts sample.
+
+        `model` None: the stage's starting weights, loaded for this (a resumed stage's
+        learner holds later ones, and its data must be the first run's).
+        """
         root = self.root
+        if model is None:
+            model, tokenizer = load_configured_model(root.model, self.context.start_model)
         settings = EvalSettings(
             split=split,
             num_tasks=num_tasks,
