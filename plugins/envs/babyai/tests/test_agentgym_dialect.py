@@ -283,3 +283,28 @@ def test_a_copy_to_play_ahead_on_shares_the_walls_and_leaves_the_game_as_it_was(
     pairs = [(a, b) for a, b in zip(original, copied, strict=True) if a is not None]
     assert all((a is b) == (a.type == "wall") for a, b in pairs)
     assert any(a.type != "wall" for a, _ in pairs)
+
+
+def test_the_expert_plans_again_after_a_bot_whose_first_plan_failed(env, monkeypatch):
+    """A fresh bot that loses its way at once is not kept: the next call plans anew.
+
+    Taking over a student's episode reached such states; the kept half-made bot then
+    failed on minigrid's missing `prev_carrying` and stopped the whole run.
+    """
+    from agentgym_env_babyai.agentgym import expert as expert_module
+
+    made = []
+    real_new_bot = expert_module.new_bot
+
+    def first_one_lost(game):
+        bot = real_new_bot(game)
+        if not made:  # the first bot's first plan fails, as a lost bot's does
+            bot.replan = lambda action_taken=None: (_ for _ in ()).throw(AssertionError("lost"))
+        made.append(bot)
+        return bot
+
+    monkeypatch.setattr(expert_module, "new_bot", first_one_lost)
+    env.reset(env.tasks("train")[0])
+    assert env.expert_action() == "check available actions"
+    action = env.expert_action()
+    assert len(made) == 2 and action in env.valid_actions() and action != "check available actions"

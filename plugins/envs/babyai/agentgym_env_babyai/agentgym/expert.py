@@ -47,9 +47,14 @@ class Expert:
         self.search_depth = search_depth
 
     def _restart(self) -> None:
-        """A new bot from the current state (the bot asserts when it loses its way)."""
-        self.bot = new_bot(self.game)
-        self.next = self.bot.replan()
+        """A new bot from the current state (the bot asserts when it loses its way).
+
+        Kept only once its first plan returned: a bot whose first plan failed lacks the
+        state its later plans read (minigrid's `prev_carrying`).
+        """
+        bot = new_bot(self.game)
+        self.next = bot.replan()
+        self.bot = bot
 
     def sync(self, primitive: int) -> None:
         """Tell the bot which primitive step was run (its own or another one)."""
