@@ -538,26 +538,34 @@ def test_a_roll_in_without_its_episodes_names_the_key(tmp_path, babyai_model):
         load_config(path, [], host.registry)
 
 
-def test_a_resumed_roll_in_stage_plays_its_starting_model_again_not_its_checkpoint(
-    tmp_path, babyai_model
-):
-    """The data of a resumed stage is the first run's: the takeovers are played again by the
-    starting model, not by the checkpoint the learner resumes from."""
+def test_a_resumed_roll_in_stage_takes_over_the_same_episodes(tmp_path, babyai_model, monkeypatch):
+    """A resumed stage's data is the first run's: it reuses the kept roll_in.jsonl without
+    playing, and where that file is gone the starting model plays again (not the checkpoint
+    the learner resumes from, whose play would differ)."""
+    from agentgym_core.run import offline
+
     host = PluginHost()
     expert = {"episodes": 4, "max_turns": 8, "roll_in": {"episodes": 12, "max_turns": 6}}
     sft = {"name": "sft", "expert": expert, "batch_size": 4}
-    path = _config(
-        tmp_path,
-        babyai_model,
-        "resumed",
-        sft,
-        trainer={"steps": 4, "checkpoint_every": 2, "lr": 3e-2},
-    )
-    first = run_stage(
-        load_config(path, ["trainer.steps=2"], host.registry), host, show_progress=False
-    )
-    written = (tmp_path / "resumed" / "takeover.json").read_text()
-    resumed = run_stage(load_config(path, [], host.registry), host, show_progress=False)
-    assert (first.resumed_from, resumed.resumed_from) == (0, 2)
-    assert len(yaml.safe_load(written)) > 0
-    assert (tmp_path / "resumed" / "takeover.json").read_text() == written
+    trainer = {"steps": 3, "checkpoint_every": 1, "lr": 3e-2}
+    path = _config(tmp_path, babyai_model, "resumed", sft, trainer=trainer)
+    folder = tmp_path / "resumed"
+
+    def train(steps: int):
+        config = load_config(path, [f"trainer.steps={steps}"], host.registry)
+        return run_stage(config, host, show_progress=False).resumed_from
+
+    assert train(1) == 0
+    written = (folder / "takeover.json").read_text()
+    assert len(yaml.safe_load(written)) > 0 and (folder / "roll_in.jsonl").is_file()
+
+    def no_play(*args, **kwargs):
+        raise AssertionError("played again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(offline, "evaluate_model", no_play)
+        assert train(2) == 1  # the kept episodes: nothing played
+    assert (folder / "takeover.json").read_text() == written
+    (folder / "roll_in.jsonl").unlink()
+    assert train(3) == 2  # played again, by the starting weights
+    assert (folder / "takeover.json").read_text() == written

@@ -58,6 +58,8 @@ from agentgym_core.types import Trajectory
 
 ROLLOUTS = "rollouts"
 """Sub-folder of a stage's output dir holding its saved trajectories."""
+ROLL_INS = "roll_in.jsonl"
+"""The starting model's episodes that a stage's expert took over, kept for a rerun."""
 
 # -- saved rollouts ----------------------------------------------------------------------
 
@@ -75,11 +77,13 @@ def save_rollouts(path: Path, trajectories: Iterable[Trajectory]) -> Path:
 
 def read_rollouts(folder: Path) -> list[Trajectory]:
     """Every trajectory saved under `folder` (files in name order)."""
-    out = []
-    for path in sorted(folder.glob("*.jsonl")):
-        with path.open(encoding="utf-8") as lines:
-            out.extend(Trajectory.from_dict(json.loads(line)) for line in lines if line.strip())
-    return out
+    return [t for path in sorted(folder.glob("*.jsonl")) for t in read_rollout_file(path)]
+
+
+def read_rollout_file(path: Path) -> list[Trajectory]:
+    """The trajectories of one JSONL file written by `save_rollouts`."""
+    with path.open(encoding="utf-8") as lines:
+        return [Trajectory.from_dict(json.loads(line)) for line in lines if line.strip()]
 
 
 class RolloutRecorder:
@@ -254,9 +258,7 @@ class StageData:
         (`cut_roll_in`) and the expert finishes it from there in `max_turns` turns. The
         model's turns stay as context, the expert's are trained on; won takeovers are kept.
         """
-        if self.play is None:
-            raise self.error(key, "a roll-in needs the stage's model to play; none was given")
-        played = self.play(split, episodes, roll_in_turns)
+        played = self._roll_ins(split, episodes, roll_in_turns, key)
         self.roll_in_env_steps += sum(len(t.turns) for t in played)
         cuts = [(t.task_id, cut_roll_in(t, self.seed)) for t in played]
         cuts = [(task, roll_in) for task, roll_in in cuts if roll_in is not None]
@@ -275,6 +277,22 @@ class StageData:
             "kept": len(run.items),
         }
         return self._keep(run, "takeover.json", "takeover")
+
+    def _roll_ins(self, split: str, episodes: int, turns: int, key: str) -> list[Trajectory]:
+        """The starting model's episodes: those kept in the stage's folder, or played now.
+
+        Kept (`roll_in.jsonl`, as an evolve stage keeps its explorations), a stage that
+        stopped later, or was resumed, takes over the same episodes without playing again.
+        """
+        saved = self.output_dir / ROLL_INS
+        if saved.is_file():
+            return read_rollout_file(saved)
+        if self.play is None:
+            raise self.error(key, "a roll-in needs the stage's model to play; none was given")
+        played = self.play(split, episodes, turns)
+        if distributed.is_main():
+            save_rollouts(saved, played)
+        return played
 
     def _split_tasks(self, env: Any, split: str) -> list[Any]:
         try:
