@@ -107,6 +107,7 @@ def test_a_roll_in_the_env_answers_otherwise_is_counted_and_gives_no_item():
     finally:
         env.close()
     assert run.diverged == 1
+    assert run.env_steps > 0  # the expert played the faithful roll-in only
     assert [item["roll_in_turns"] for item in run.items] == [len(roll_in.actions)] * len(run.items)
 
 
