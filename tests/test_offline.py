@@ -569,3 +569,26 @@ def test_a_resumed_roll_in_stage_takes_over_the_same_episodes(tmp_path, babyai_m
     (folder / "roll_in.jsonl").unlink()
     assert train(3) == 2  # played again, by the starting weights
     assert (folder / "takeover.json").read_text() == written
+
+
+def test_an_sft_stage_evaluates_every_n_updates_on_the_eval_block(tmp_path, babyai_model):
+    """`trainer.eval_every` in an offline stage: the eval block's split, reported to the hooks."""
+    from agentgym_core import hookimpl
+
+    class Evaluations:
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, str, float]] = []
+
+        @hookimpl
+        def agentgym_after_evaluation(self, step, split, metrics):
+            self.seen.append((step, split, metrics["episodes"]))
+
+    host = PluginHost()
+    recorder = Evaluations()
+    host.pm.register(recorder)
+    sft = {"name": "sft", "expert": {"episodes": 6, "max_turns": 8}, "batch_size": 4}
+    trainer = {"steps": 4, "checkpoint_every": 0, "eval_every": 2}
+    blocks = {"trainer": trainer, "eval": {"split": "test", "num_tasks": 5, "max_turns": 4}}
+    path = _config(tmp_path, babyai_model, "sft-evals", sft, **blocks)
+    run_stage(load_config(path, [], host.registry), host, show_progress=False)
+    assert recorder.seen == [(2, "test", 5.0), (4, "test", 5.0)]

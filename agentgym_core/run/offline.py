@@ -508,16 +508,8 @@ class OfflineStage:
             seed=root.run.seed,
             env_recovery_s=root.rollout.env_recovery_s,
         )
-        rollout = rollout_settings(root, max_turns=max_turns, seed=root.run.seed)
         with subnormals_flushed():
-            _, trajectories = evaluate_model(
-                model,
-                tokenizer,
-                self.components,
-                settings,
-                rollout,
-                env_threads=root.rollout.env_threads,
-            )
+            _, trajectories = self._episodes(model, tokenizer, settings)
         return trajectories
 
     def _step(self, step: int, learner: Learner, examples: list[Example]) -> dict[str, float]:
@@ -538,8 +530,16 @@ class OfflineStage:
         self, step: int, model: Any, tokenizer: Any, history: list[dict[str, float]]
     ) -> dict[str, float]:
         settings = eval_settings(self.root, self.components, steps=step, history=history)
+        metrics, _ = self._episodes(model, tokenizer, settings)
+        self.context.host.after_evaluation(step, settings.split, metrics)
+        return metrics
+
+    def _episodes(
+        self, model: Any, tokenizer: Any, settings: EvalSettings
+    ) -> tuple[dict[str, float], list[Trajectory]]:
+        """The model's episodes of `settings`, and their metrics, with the stage's rollout."""
         rollout = rollout_settings(self.root, max_turns=settings.max_turns, seed=self.root.run.seed)
-        metrics, _ = evaluate_model(
+        return evaluate_model(
             model,
             tokenizer,
             self.components,
@@ -547,8 +547,6 @@ class OfflineStage:
             rollout,
             env_threads=self.root.rollout.env_threads,
         )
-        self.context.host.after_evaluation(step, settings.split, metrics)
-        return metrics
 
 
 def data_metrics(data: StageData) -> dict[str, float]:
