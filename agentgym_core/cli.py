@@ -28,6 +28,7 @@ USAGE_EXAMPLES = """examples:
       scheduler.max_turns=8
   agentgym train babyai-grpo.yaml trainer.steps=200 algorithm.kl_coef=0.0
   agentgym eval babyai-grpo.yaml model.path=runs/babyai-grpo/checkpoints/step-000200
+  agentgym eval babyai-grpo.yaml model.path=... --out runs/eval-200  # agentgym view runs/eval-200
   agentgym plugins
   agentgym plugins grpo                       # its options: type, default, description
   agentgym docs writing-an-env                # the guide to writing an environment plugin
@@ -91,6 +92,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentgym_core.run.evaluate import partial_note
     from agentgym_core.run.recovery import env_errors, last_error
 
+    if args.out:
+        if is_comparison(resolved):
+            raise SystemExit(
+                "agentgym eval: --out keeps one evaluation of model.path; this config's stages "
+                "are all eval (a comparison): leave --out out, or give each its own config"
+            )
+        return _eval_kept(args, host)
     if is_comparison(resolved):
         results = run_comparison(resolved, host)
         if not distributed.is_main():
@@ -111,6 +119,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(record, indent=2))
     if note:
         print(f"agentgym: error: {note}", file=sys.stderr)
+        return PARTIAL
+    return 0
+
+
+KEPT_EVAL_STAGE = "eval"
+"""The stage name of `agentgym eval --out`: its folder in the output directory."""
+
+
+def _eval_kept(args: argparse.Namespace, host) -> int:
+    """`agentgym eval --out DIR`: the evaluation as a one-stage run in DIR.
+
+    DIR gets what a pipeline's eval stage leaves: the MLflow store, the stage's
+    config and every episode (`rollouts/eval-<split>.jsonl`), so `agentgym view DIR`
+    shows them turn by turn. The table is printed by the stage, as in a pipeline.
+    """
+    from agentgym_core import distributed
+    from agentgym_core.run.eval_stage import eval_record
+    from agentgym_core.run.pipeline import run_pipeline
+
+    kept = [
+        *args.overrides,
+        f"run.output_dir={args.out}",
+        f"stages=[{{name: {KEPT_EVAL_STAGE}, type: eval}}]",
+        "tracking.save_rollouts=true",
+    ]
+    resolved = _load(args.config, kept, host)
+    (result,) = run_pipeline(resolved, host, show_progress=False)
+    if not distributed.is_main():
+        return 0
+    record = eval_record(result.metrics)
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=2))
+    print(f"episodes kept in {args.out}: agentgym view {args.out}")
+    if record["partial"]:
+        print(f"agentgym: error: {record['warning']}", file=sys.stderr)
         return PARTIAL
     return 0
 
@@ -302,6 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("config", help="a run config (YAML) naming model.path")
     evaluate.add_argument("overrides", nargs="*", help="key=value overrides")
     evaluate.add_argument("--json", help="also write the metrics to this JSON file")
+    evaluate.add_argument(
+        "--out",
+        help="keep the evaluation as a run in this folder (MLflow store, every episode) "
+        "for `agentgym view`",
+    )
     evaluate.set_defaults(func=cmd_eval)
 
     plugins = sub.add_parser(

@@ -108,6 +108,31 @@ def test_train_pipeline_then_eval(tmp_path, model_dir):
     assert "GoToObj" in result.stdout
 
 
+def test_eval_out_keeps_every_episode_for_the_viewer(tmp_path, model_dir):
+    config = _config(tmp_path, model_dir)
+    out, record = tmp_path / "kept", tmp_path / "metrics.json"
+    args = ["eval", str(config), "eval.num_tasks=3", "--out", str(out), "--json", str(record)]
+    result = agentgym(*args)
+    assert result.returncode == 0, result.stderr
+    assert f"agentgym view {out}" in result.stdout and "avg@2" in result.stdout
+    assert (out / "mlflow.db").is_file() and not (tmp_path / "run").exists()
+    lines = (out / "eval" / "rollouts" / "eval-test.jsonl").read_text().splitlines()
+    assert len(lines) == 6 == json.loads(record.read_text())["episodes"]  # 3 tasks x k=2
+
+    from agentgym_core.view.index import EpisodeIndex
+    from agentgym_core.view.store import Run
+
+    assert EpisodeIndex(Run(out), cache_dir=tmp_path / "cache").count() == 6
+
+
+def test_eval_out_refuses_a_comparison_config(tmp_path, model_dir):
+    stages = [{"name": "a", "type": "eval"}, {"name": "b", "type": "eval"}]
+    out = tmp_path / "kept"
+    result = agentgym("eval", str(_config(tmp_path, model_dir, stages=stages)), "--out", str(out))
+    assert result.returncode != 0 and "comparison" in result.stderr
+    assert not out.exists()
+
+
 def test_train_quiet_prints_no_update_lines(tmp_path, model_dir):
     config = _config(tmp_path, model_dir)
     result = agentgym("train", str(config), "trainer.steps=1", "--no-progress", "--quiet")
