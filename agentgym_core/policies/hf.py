@@ -195,18 +195,27 @@ class HFPolicy:
         clock = _Clock(self.seconds, device)
         use_cache = self.config.prefix_cache
         entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in batch]
-        pre = self.cache.prefill([r.prompt for r in batch], entries, self.pad_id)
-        attention = pre.attention_mask.to(device)
+        rows, firsts = shared_rows([r.prompt for r in batch], entries)
+        pre = self.cache.prefill(
+            [batch[i].prompt for i in firsts], [entries[i] for i in firsts], self.pad_id
+        )
         clock.lap("kv_cache")
         out = self.model(
             input_ids=pre.input_ids.to(device),
-            attention_mask=attention,
+            attention_mask=pre.attention_mask.to(device),
             position_ids=pre.position_ids.to(device),
             past_key_values=pre.cache,
             use_cache=True,
             logits_to_keep=1,  # only the last position is sampled from
         )
-        last_position = pre.position_ids[:, -1:].to(device)
+        attention, last_position = pre.attention_mask, pre.position_ids[:, -1:]
+        if len(firsts) < len(batch):  # each row gets its prompt's prefill: logits, keys, values
+            index = torch.tensor(rows)
+            attention, last_position = attention[index], last_position[index]
+            index = index.to(device)
+            out.logits = out.logits.index_select(0, index)
+            out.past_key_values.batch_select_indices(index)
+        attention, last_position = attention.to(device), last_position.to(device)
         generators = [self.sampler.generator(r.params, device) for r in batch]
         clock.lap("prefill")
         for _ in range(max(r.params.max_new_tokens for r in batch)):
@@ -239,6 +248,31 @@ class HFPolicy:
             self.cache.store(
                 request.session, row, request.prompt + request.tokens[:fed], cache, attention
             )
+
+
+def shared_rows(
+    prompts: Sequence[Sequence[int]], entries: Sequence[Any]
+) -> tuple[list[int], list[int]]:
+    """Rows with the same prompt and nothing cached share one prefill row.
+
+    A GRPO group's samples open with the same prompt: its prefill is computed once
+    and its logits, keys and values copied to each sample's row, which a batch of
+    64 samples of 8 prompts makes 8x cheaper. Returns, per request, its prefill
+    row, and, per prefill row, the first request that has it.
+    """
+    rows: list[int] = []
+    firsts: list[int] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for i, (prompt, entry) in enumerate(zip(prompts, entries, strict=True)):
+        key = tuple(prompt) if entry is None else None  # a cached session is its own row
+        if key is not None and key in seen:
+            rows.append(seen[key])
+            continue
+        if key is not None:
+            seen[key] = len(firsts)
+        rows.append(len(firsts))
+        firsts.append(i)
+    return rows, firsts
 
 
 class _Clock:
