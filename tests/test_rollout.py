@@ -92,13 +92,17 @@ def test_same_seed_same_trajectories_whatever_the_batching(tiny_model):
     assert [t.token_ids for t in first] != [t.token_ids for t in other]
 
 
-def test_a_groups_shared_prompt_is_prefilled_once_with_the_same_samples(tiny_model):
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_a_groups_shared_prompt_is_prefilled_once_with_the_same_samples(tiny_model, batching):
     settings = RolloutSettings(max_turns=1, seed=3)
-    engine = _engine(tiny_model)
+    engine = _engine(tiny_model, batching=batching)
     shared = engine.run(_episodes(3, 4), settings)
-    assert engine.policy.batch_sizes == [12]
     firsts = [t.prompt_length for t in shared[::4]]  # the first sample of each task
-    assert engine.policy.cache.computed_tokens == sum(firsts)  # 3 prompts, not 12
+    if batching == "static":
+        assert engine.policy.batch_sizes == [12]
+        assert engine.policy.cache.computed_tokens == sum(firsts)  # 3 prompts, not 12
+    else:  # requests join as they arrive: a group's prompt is prefilled once per arrival
+        assert engine.policy.cache.computed_tokens <= 4 * sum(firsts)
     serial = _engine(tiny_model, max_batch_size=1)
     alone = serial.run(_episodes(3, 4), RolloutSettings(max_turns=1, seed=3, concurrency=1))
     assert serial.policy.cache.computed_tokens == 4 * sum(firsts)
@@ -106,10 +110,11 @@ def test_a_groups_shared_prompt_is_prefilled_once_with_the_same_samples(tiny_mod
     for a, b in zip(shared, alone, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert len({tuple(t.token_ids) for t in shared}) > 3  # the samples of a group differ
+    engine.close()
 
 
 def test_shared_rows_pairs_requests_with_one_prompt_and_no_cache():
-    from agentgym_core.policies.hf import shared_rows
+    from agentgym_core.policies.prefix_cache import shared_rows
 
     cached = object()
     rows, firsts = shared_rows([[1, 2], [3], [1, 2], [1, 2], [3]], [None, None, None, cached, None])

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from agentgym_core.policies.prefix_cache import PrefixCache
+from agentgym_core.policies.prefix_cache import PrefixCache, shared_rows
 from agentgym_core.policies.sampling import Request, Sampler
 
 STOP = None
@@ -212,7 +212,10 @@ class ContinuousDecoder:
         device = next(self.model.parameters()).device
         use_cache = self.prefix_cache
         entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in arrived]
-        pre = self.cache.prefill([r.prompt for r in arrived], entries, self.sampler.pad_id)
+        rows, firsts = shared_rows([r.prompt for r in arrived], entries)  # a group's prompt once
+        pre = self.cache.prefill(
+            [arrived[i].prompt for i in firsts], [entries[i] for i in firsts], self.sampler.pad_id
+        )
         out = self.model(
             input_ids=pre.input_ids.to(device),
             attention_mask=pre.attention_mask.to(device),
@@ -221,17 +224,23 @@ class ContinuousDecoder:
             use_cache=True,
             logits_to_keep=1,
         )
+        logits, layers = out.logits[:, -1, :], _layers(out.past_key_values)
+        attention, position = pre.attention_mask, pre.position_ids[:, -1:]
+        if len(firsts) < len(arrived):  # each row gets its prompt's prefill
+            index = torch.tensor(rows)
+            attention, position = attention[index], position[index]
+            index = index.to(device)
+            logits = logits.index_select(0, index)
+            layers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in layers]
         for request in arrived:
             request.generator = self.sampler.generator(request.params, device)
         self.batch_sizes.append(len(arrived))
-        next_ids, _ = self.sampler.sample(
-            arrived, out.logits[:, -1, :].float(), [r.generator for r in arrived]
-        )
+        next_ids, _ = self.sampler.sample(arrived, logits.float(), [r.generator for r in arrived])
         joined = RunningBatch(
             list(arrived),
-            _layers(out.past_key_values),
-            pre.attention_mask.to(device),
-            pre.position_ids[:, -1:].to(device),
+            layers,
+            attention.to(device),
+            position.to(device),
             next_ids.to(device),
         )
         if self.batch is not None:

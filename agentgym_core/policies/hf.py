@@ -26,7 +26,7 @@ from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.hf_config import HFPolicyConfig
-from agentgym_core.policies.prefix_cache import PrefixCache
+from agentgym_core.policies.prefix_cache import PrefixCache, shared_rows
 from agentgym_core.policies.sampling import Request, Sampler
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
@@ -248,31 +248,6 @@ class HFPolicy:
             self.cache.store(
                 request.session, row, request.prompt + request.tokens[:fed], cache, attention
             )
-
-
-def shared_rows(
-    prompts: Sequence[Sequence[int]], entries: Sequence[Any]
-) -> tuple[list[int], list[int]]:
-    """Rows with the same prompt and nothing cached share one prefill row.
-
-    A GRPO group's samples open with the same prompt: its prefill is computed once
-    and its logits, keys and values copied to each sample's row, which a batch of
-    64 samples of 8 prompts makes 8x cheaper. Returns, per request, its prefill
-    row, and, per prefill row, the first request that has it.
-    """
-    rows: list[int] = []
-    firsts: list[int] = []
-    seen: dict[tuple[int, ...], int] = {}
-    for i, (prompt, entry) in enumerate(zip(prompts, entries, strict=True)):
-        key = tuple(prompt) if entry is None else None  # a cached session is its own row
-        if key is not None and key in seen:
-            rows.append(seen[key])
-            continue
-        if key is not None:
-            seen[key] = len(firsts)
-        rows.append(len(firsts))
-        firsts.append(i)
-    return rows, firsts
 
 
 class _Clock:

@@ -152,3 +152,28 @@ class PrefixCache:
             self._entries.move_to_end(session)
             while len(self._entries) > self.max_sessions:
                 self._entries.popitem(last=False)
+
+
+def shared_rows(
+    prompts: Sequence[Sequence[int]], entries: Sequence[Entry | None]
+) -> tuple[list[int], list[int]]:
+    """Rows with the same prompt and nothing cached share one prefill row.
+
+    A GRPO group's samples open with the same prompt: its prefill is computed once
+    and its logits, keys and values copied to each sample's row, which a batch of
+    64 samples of 8 prompts makes 8x cheaper. Returns, per request, its prefill
+    row, and, per prefill row, the first request that has it.
+    """
+    rows: list[int] = []
+    firsts: list[int] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for i, (prompt, entry) in enumerate(zip(prompts, entries, strict=True)):
+        key = tuple(prompt) if entry is None else None  # a cached session is its own row
+        if key is not None and key in seen:
+            rows.append(seen[key])
+            continue
+        if key is not None:
+            seen[key] = len(firsts)
+        rows.append(len(firsts))
+        firsts.append(i)
+    return rows, firsts
