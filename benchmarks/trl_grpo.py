@@ -8,13 +8,19 @@ update, no KL term, the same number of updates. Free-text generation on both
 sides (TRL has no action constraint). The same prompts too: TRL's dataset is
 the tasks agentgym samples for each update, in order (`shuffle_dataset: false`),
 and the mean prompt and completion tokens of both are printed. agentgym runs
-three times: with the `hf` policy's two batching modes (static, the default, and
-continuous), and static with env calls on the event loop (`rollout.env_threads:
-0`, as the demo runs); TRL runs twice:
+four times: with the `hf` policy's two batching modes (static, the default, and
+continuous), static with env calls on the event loop (`rollout.env_threads:
+0`, as the demo runs), and static with the next update's rollout played while the
+learner trains (`trainer.max_staleness: 1`: each batch is one update stale, corrected
+by decoupled PPO's importance weights; TRL's GRPOTrainer here plays every batch on
+the weights it trains); TRL runs twice:
 at its fastest on a CPU (fp32, no gradient checkpointing) and with its own
 defaults for those two (bf16, gradient checkpointing). Each trainer runs in its
 own child process, all of them alternating, so its peak RSS is its own; the first
-update of each run is left out of the time (allocator and first-call costs).
+update of each run is left out of the time (allocator and first-call costs). An
+update's time is the wall time between the ends of two updates for the
+rollouts-ahead trainer (its rollout and learner overlap) and its own step time for
+the others.
 Phases per update: generation, env/reward and the rest (the learner; for
 agentgym, generation and env steps overlap in one rollout phase). TRL is not a
 dependency of agentgym: `pip install trl==1.16.0` first (it adds `datasets`,
@@ -26,6 +32,7 @@ and leaves torch and transformers as they are).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import statistics
@@ -94,6 +101,7 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
             "lr": COMMON["lr"],
             "checkpoint_every": 0,
             "resume": False,
+            **({"max_staleness": 1} if args.child == "ours-stale" else {}),
         },
     }
     path = out / "config.yaml"
@@ -107,8 +115,11 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
     baseline = rss_mib()
     result = stage.run(show_progress=False)
     history = result.history
+    seconds = [h["step_seconds"] for h in history]
+    if args.child == "ours-stale":  # overlapped phases: the wall between updates' ends
+        seconds = seconds[:1] + [b - a for a, b in itertools.pairwise(tokens.update_ends)]
     return {
-        "seconds": [h["step_seconds"] for h in history],
+        "seconds": seconds,
         "phases": {
             "rollout (generation + env)": [h["rollout/seconds"] for h in history],
             "learner": [h["step_seconds"] - h["rollout/seconds"] for h in history],
@@ -121,11 +132,17 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
 
 
 class TokenCounter:
-    """Prompt and completion lengths of every episode agentgym plays (a hook plugin)."""
+    """Prompt and completion lengths of every episode agentgym plays, and when each
+    update ended (a hook plugin)."""
 
     def __init__(self) -> None:
         self.prompt: list[int] = []
         self.completion: list[int] = []
+        self.update_ends: list[float] = []
+
+    @hookimpl
+    def agentgym_after_update(self, step, metrics):  # noqa: D102
+        self.update_ends.append(time.perf_counter())
 
     @hookimpl
     def agentgym_after_rollout(self, step, batch, metrics):  # noqa: D102
@@ -354,6 +371,7 @@ NAMES = {
     "ours": "agentgym (hf policy, batching: static, the default)",
     "ours-continuous": "agentgym (hf policy, batching: continuous)",
     "ours-inline": "agentgym (hf policy, batching: static, env_threads: 0)",
+    "ours-stale": "agentgym (hf policy, batching: static, max_staleness: 1)",
     "trl": "TRL GRPOTrainer, fp32, no gradient checkpointing",
     "trl-defaults": "TRL GRPOTrainer, its defaults (bf16, gradient checkpointing)",
 }
@@ -362,6 +380,7 @@ RATIO_HEADS = {
     "ours": "agentgym static",
     "ours-continuous": "agentgym continuous",
     "ours-inline": "agentgym inline",
+    "ours-stale": "agentgym ahead",
 }
 
 
