@@ -98,6 +98,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 "agentgym eval: --out keeps one evaluation of model.path; this config's stages "
                 "are all eval (a comparison): leave --out out, or give each its own config"
             )
+        if (Path(args.out) / KEPT_EVAL_STAGE).exists():  # its MLflow run would be resumed
+            raise SystemExit(
+                f"agentgym eval: {args.out} already holds an evaluation "
+                f"({Path(args.out) / KEPT_EVAL_STAGE}); give --out a new folder"
+            )
         return _eval_kept(args, host)
     if is_comparison(resolved):
         results = run_comparison(resolved, host)

@@ -123,6 +123,9 @@ def test_eval_out_keeps_every_episode_for_the_viewer(tmp_path, model_dir):
     from agentgym_core.view.store import Run
 
     assert EpisodeIndex(Run(out), cache_dir=tmp_path / "cache").count() == 6
+    again = agentgym(*args)  # the same folder again: refused, the first evaluation kept
+    assert again.returncode != 0 and "already holds an evaluation" in again.stderr
+    assert len((out / "eval" / "rollouts" / "eval-test.jsonl").read_text().splitlines()) == 6
 
 
 def test_eval_out_refuses_a_comparison_config(tmp_path, model_dir):
