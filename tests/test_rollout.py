@@ -98,11 +98,9 @@ def test_a_groups_shared_prompt_is_prefilled_once_with_the_same_samples(tiny_mod
     engine = _engine(tiny_model, batching=batching)
     shared = engine.run(_episodes(3, 4), settings)
     firsts = [t.prompt_length for t in shared[::4]]  # the first sample of each task
-    if batching == "static":
+    if batching == "static":  # continuous: the next test, whose arrivals do not depend on timing
         assert engine.policy.batch_sizes == [12]
         assert engine.policy.cache.computed_tokens == sum(firsts)  # 3 prompts, not 12
-    else:  # requests join as they arrive: a group's prompt is prefilled once per arrival
-        assert engine.policy.cache.computed_tokens <= 4 * sum(firsts)
     serial = _engine(tiny_model, max_batch_size=1)
     alone = serial.run(_episodes(3, 4), RolloutSettings(max_turns=1, seed=3, concurrency=1))
     assert serial.policy.cache.computed_tokens == 4 * sum(firsts)
@@ -111,6 +109,42 @@ def test_a_groups_shared_prompt_is_prefilled_once_with_the_same_samples(tiny_mod
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert len({tuple(t.token_ids) for t in shared}) > 3  # the samples of a group differ
     engine.close()
+
+
+def test_continuous_admission_prefills_a_shared_prompt_once(tiny_model):
+    """Requests arriving together with one prompt: one prefill row, each request's own draw."""
+    from agentgym_core.interfaces import SamplingParams
+    from agentgym_core.policies.continuous import ContinuousDecoder
+    from agentgym_core.policies.prefix_cache import PrefixCache
+    from agentgym_core.policies.sampling import Request
+
+    model, tokenizer = tiny_model
+    policy = HFPolicy(HFPolicyConfig(batching="continuous"), model=model, tokenizer=tokenizer)
+    prompts = [[5, 9, 14, 21, 8], [5, 9, 14, 21, 8], [7, 3, 12], [5, 9, 14, 21, 8]]
+
+    def admit(indices):
+        decoder = ContinuousDecoder(
+            model,
+            policy.sampler,
+            PrefixCache(),
+            max_batch_size=8,
+            prefix_cache=True,
+            batch_sizes=[],
+        )
+        params = {i: SamplingParams(max_new_tokens=4, seed=100 + i) for i in indices}
+        with torch.no_grad():  # as on the decoder's thread
+            decoder._admit([Request(prompts[i], params[i], None, None) for i in indices])
+        return decoder
+
+    together = admit(range(4))
+    assert together.cache.computed_tokens == 5 + 3  # two distinct prompts, not four rows
+    for i in range(4):
+        alone = admit([i])
+        row = together.batch.attention[i].bool()
+        assert torch.equal(together.batch.pending[i : i + 1], alone.batch.pending)
+        for (keys, _), (lone, _) in zip(together.batch.layers, alone.batch.layers, strict=True):
+            alone_keys = lone[0][:, alone.batch.attention[0].bool()]
+            assert torch.allclose(keys[i][:, row], alone_keys, atol=1e-5)  # padding moves rounding
 
 
 def test_shared_rows_pairs_requests_with_one_prompt_and_no_cache():

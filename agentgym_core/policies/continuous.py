@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from agentgym_core.policies.prefix_cache import PrefixCache, shared_rows
+from agentgym_core.policies.prefix_cache import PrefixCache, per_request, shared_rows
 from agentgym_core.policies.sampling import Request, Sampler
 
 STOP = None
@@ -224,14 +224,11 @@ class ContinuousDecoder:
             use_cache=True,
             logits_to_keep=1,
         )
-        logits, layers = out.logits[:, -1, :], _layers(out.past_key_values)
-        attention, position = pre.attention_mask, pre.position_ids[:, -1:]
-        if len(firsts) < len(arrived):  # each row gets its prompt's prefill
-            index = torch.tensor(rows)
-            attention, position = attention[index], position[index]
-            index = index.to(device)
-            logits = logits.index_select(0, index)
-            layers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in layers]
+        # each request's row of its prompt's prefill: logits, keys, values, mask, position
+        logits, attention, position = per_request(
+            rows, out.logits[:, -1, :], pre.attention_mask, pre.position_ids[:, -1:]
+        )
+        layers = [per_request(rows, k, v) for k, v in _layers(out.past_key_values)]
         for request in arrived:
             request.generator = self.sampler.generator(request.params, device)
         self.batch_sizes.append(len(arrived))

@@ -26,7 +26,7 @@ from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.hf_config import HFPolicyConfig
-from agentgym_core.policies.prefix_cache import PrefixCache, shared_rows
+from agentgym_core.policies.prefix_cache import PrefixCache, per_request, shared_rows
 from agentgym_core.policies.sampling import Request, Sampler
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
@@ -208,14 +208,12 @@ class HFPolicy:
             use_cache=True,
             logits_to_keep=1,  # only the last position is sampled from
         )
-        attention, last_position = pre.attention_mask, pre.position_ids[:, -1:]
-        if len(firsts) < len(batch):  # each row gets its prompt's prefill: logits, keys, values
-            index = torch.tensor(rows)
-            attention, last_position = attention[index], last_position[index]
-            index = index.to(device)
-            out.logits = out.logits.index_select(0, index)
-            out.past_key_values.batch_select_indices(index)
-        attention, last_position = attention.to(device), last_position.to(device)
+        # each request's row of its prompt's prefill: logits, keys, values, mask, position
+        out.logits, attention, last_position = per_request(
+            rows, out.logits, pre.attention_mask.to(device), pre.position_ids[:, -1:].to(device)
+        )
+        for layer in out.past_key_values.layers:
+            layer.keys, layer.values = per_request(rows, layer.keys, layer.values)
         generators = [self.sampler.generator(r.params, device) for r in batch]
         clock.lap("prefill")
         for _ in range(max(r.params.max_new_tokens for r in batch)):

@@ -177,3 +177,11 @@ def shared_rows(
         rows.append(len(firsts))
         firsts.append(i)
     return rows, firsts
+
+
+def per_request(rows: list[int], *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each request's row of `tensors`, computed once per prefill row (`shared_rows`)."""
+    if len(rows) == tensors[0].shape[0]:  # no prompt was shared: the rows are the requests'
+        return tensors
+    index = torch.tensor(rows)
+    return tuple(t.index_select(0, index.to(t.device)) for t in tensors)
