@@ -102,6 +102,7 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
             "checkpoint_every": 0,
             "resume": False,
             **({"max_staleness": 1} if args.child == "ours-stale" else {}),
+            **({"share_prompts": False} if args.child == "ours-whole-prompts" else {}),
         },
     }
     path = out / "config.yaml"
@@ -372,6 +373,7 @@ NAMES = {
     "ours-continuous": "agentgym (hf policy, batching: continuous)",
     "ours-inline": "agentgym (hf policy, batching: static, env_threads: 0)",
     "ours-stale": "agentgym (hf policy, batching: static, max_staleness: 1)",
+    "ours-whole-prompts": "agentgym (hf policy, batching: static, share_prompts: false)",
     "trl": "TRL GRPOTrainer, fp32, no gradient checkpointing",
     "trl-defaults": "TRL GRPOTrainer, its defaults (bf16, gradient checkpointing)",
 }
@@ -381,6 +383,7 @@ RATIO_HEADS = {
     "ours-continuous": "agentgym continuous",
     "ours-inline": "agentgym inline",
     "ours-stale": "agentgym ahead",
+    "ours-whole-prompts": "agentgym whole prompts",
 }
 
 

@@ -222,6 +222,13 @@ class TrainerConfig(_Block):
         "right-padded, plain causal attention (SDPA's fused kernels; faster on the CPU); "
         "auto: shared under flash_attention_2/3, else padded.",
     )
+    share_prompts: bool | Literal["auto"] = Field(
+        "auto",
+        description="Trajectories that begin with the same prompt (a group's first turn) "
+        "compute it once in the learner's forward pass, with an attention mask that keeps "
+        "their continuations apart (same values, fewer tokens); auto: on under sdpa and "
+        "eager attention, off under attention that takes no explicit mask (flash attention).",
+    )
     max_grad_norm: float | None = Field(
         1.0, gt=0, description="Gradient clipping norm; null: no clipping."
     )

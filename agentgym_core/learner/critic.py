@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from agentgym_core.interfaces import CriticSpec
+from agentgym_core.learner.forward import run_model
 from agentgym_core.learner.packing import MicroBatch
 from agentgym_core.learner.precision import MasterWeights
 from agentgym_core.learner.settings import LearnerSettings, adamw, lr_schedule
@@ -42,13 +43,7 @@ class ValueHead(nn.Module):
 
 def last_hidden_state(body: Any, batch: MicroBatch) -> torch.Tensor:
     """The final (normed) hidden states of a transformer body (a `base_model`) on `batch`."""
-    device = next(body.parameters()).device
-    out = body(
-        input_ids=batch.input_ids.to(device),
-        position_ids=batch.position_ids.to(device),
-        use_cache=False,
-    )
-    return out.last_hidden_state
+    return run_model(body, batch).last_hidden_state
 
 
 class Critic(nn.Module):

@@ -15,6 +15,7 @@ import inspect
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from agentgym_core.learner.packing import MicroBatch, pack
 from agentgym_core.policies.constraints import allowed_mask
@@ -44,13 +45,7 @@ def policy_forward(
     device = next(model.parameters()).device
     mask = batch.mask.to(device).bool()
     columns = mask.any(0).nonzero().squeeze(1)  # every column holding an agent token
-    out = model(
-        input_ids=batch.input_ids.to(device),
-        position_ids=batch.position_ids.to(device),
-        use_cache=False,
-        output_hidden_states=hidden,
-        **_logits_only_at(model, columns),
-    )
+    out = run_model(model, batch, output_hidden_states=hidden, **_logits_only_at(model, columns))
     logits = out.logits if out.logits.shape[1] == columns.numel() else out.logits[:, columns]
     picked = logits[mask[:, columns]].float() / temperature  # [agent tokens, vocab], row-major
     if batch.constrained_at:
@@ -65,12 +60,60 @@ def policy_forward(
     return zeros.masked_scatter(mask, chosen), zeros.masked_scatter(mask, entropy), last
 
 
+def run_model(model: Any, batch: MicroBatch, **kwargs: Any) -> Any:
+    """The model (a causal LM or its bare body) on the batch's rows; `kwargs` go to its forward.
+
+    With shared prompts (`batch.prefixes`) the prompts run first, once each, and
+    their keys and values (in the autograd graph) are copied to the rows that
+    continue them; each row then attends to its own prompt and its own columns.
+    """
+    device = next(model.parameters()).device
+    rows = {
+        "input_ids": batch.input_ids.to(device),
+        "position_ids": batch.position_ids.to(device),
+    }
+    prefixes = batch.prefixes
+    if prefixes is None:
+        return model(**rows, use_cache=False, **kwargs)
+    # right-padded prompts under plain causal attention: the padding comes after every real
+    # token, so no real token sees it; the rows' key mask hides it from them
+    prompts = model(input_ids=prefixes.input_ids.to(device), use_cache=True, **_no_logits(model))
+    of_row = prefixes.of_row.to(device)
+    cache = DynamicCache(
+        ddp_cache_data=[
+            (layer.keys.index_select(0, of_row), layer.values.index_select(0, of_row))
+            for layer in prompts.past_key_values.layers
+        ]
+    )
+    mask = prefixes.key_mask(batch.input_ids.shape[1]).to(device)
+    return model(**rows, past_key_values=cache, attention_mask=mask, use_cache=False, **kwargs)
+
+
+def _no_logits(model: Any) -> dict[str, Any]:
+    """One position's logits where the model makes any (a prompt's are never used)."""
+    return {"logits_to_keep": 1} if _takes_logits_to_keep(type(_bare(model))) else {}
+
+
+def attention_implementation(model: Any) -> str:
+    """The model's `config._attn_implementation` ("" when it has none)."""
+    inner = getattr(model, "module", model)
+    return getattr(getattr(inner, "config", None), "_attn_implementation", None) or ""
+
+
 def _logits_only_at(model: Any, columns: torch.Tensor) -> dict[str, Any]:
     """`logits_to_keep` when the model's forward takes it (every transformers causal LM does)."""
+    return {"logits_to_keep": columns} if _takes_logits_to_keep(type(_bare(model))) else {}
+
+
+def _bare(model: Any) -> Any:
+    """The transformers model inside DDP, FSDP and PEFT wrappers.
+
+    Their forwards pass keyword arguments through to it.
+    """
     inner = getattr(model, "module", model)  # DDP and FSDP keep the model in `.module`
-    if hasattr(inner, "get_base_model"):  # PEFT passes keyword arguments to its base
+    if hasattr(inner, "get_base_model"):
         inner = inner.get_base_model()
-    return {"logits_to_keep": columns} if _takes_logits_to_keep(type(inner)) else {}
+    return inner
 
 
 @functools.cache

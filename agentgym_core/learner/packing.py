@@ -4,6 +4,13 @@ Several trajectories share one row; position ids restart at 0 for each, which
 transformers turns into a block-diagonal attention mask (no attention across
 trajectories). Rows are filled first-fit-decreasing and grouped into
 micro-batches under a token budget; the leftover padding is measured.
+
+With one trajectory per row, trajectories that begin with the same prompt (a
+GRPO group's first turn) can share it (`share_prompts`): the micro-batch holds
+each prompt once (`Prefixes`) and each row only its trajectory's tokens after
+it. The forward pass computes the prompts' keys and values once and each row
+attends to its own prompt's (`forward.run_model`), so a group of 8 computes its
+prompt once instead of 8 times, with the same log-probabilities.
 """
 
 from __future__ import annotations
@@ -14,6 +21,23 @@ from dataclasses import dataclass, field
 import torch
 
 from agentgym_core.types import Trajectory
+
+
+@dataclass
+class Prefixes:
+    """Prompts shared by a micro-batch's rows: each computed once, attended to by its rows."""
+
+    input_ids: torch.Tensor
+    """[prompts, width], right-padded; positions are 0, 1, ... in every prompt."""
+    lengths: torch.Tensor
+    """[prompts] the real tokens of each."""
+    of_row: torch.Tensor
+    """[rows] the prompt each row continues."""
+
+    def key_mask(self, width: int) -> torch.Tensor:
+        """[rows, prompt width + width]: 1 on each row's own prompt tokens and its own columns."""
+        prompt = torch.arange(self.input_ids.shape[1]) < self.lengths[self.of_row].unsqueeze(1)
+        return torch.cat([prompt.long(), torch.ones(len(self.of_row), width, dtype=torch.long)], 1)
 
 
 @dataclass
@@ -34,20 +58,42 @@ class MicroBatch:
     constrained_ids: list[tuple[int, ...]] = field(default_factory=list)
     real_tokens: int = 0
     placements: list[tuple[int, int, int]] = field(default_factory=list)
-    """(index in the packed sequence of trajectories, row, offset) of each trajectory."""
+    """(index in the packed sequence of trajectories, row, offset) of each trajectory: token i
+    sits at column offset + i. With a shared prompt the offset is negative: the row holds the
+    trajectory's tokens from the prompt's end on, the only ones that carry loss."""
     columns: dict[str, torch.Tensor] = field(default_factory=dict)
     """Per-token values packed beside the trajectories' own (`pack(columns=...)`), e.g. an
     off-policy correction's old log-probabilities and weights."""
+    prefixes: Prefixes | None = None
+    """Shared prompts the rows continue (`share_prompts`); None: each row starts at token 0."""
 
     @property
     def slots(self) -> int:
-        """Token slots including padding."""
-        return int(self.input_ids.numel())
+        """Token slots including padding (shared prompts' included)."""
+        shared = 0 if self.prefixes is None else self.prefixes.input_ids.numel()
+        return int(self.input_ids.numel()) + shared
 
     @property
     def num_masked(self) -> int:
         """Number of agent tokens that carry loss."""
         return int(self.mask.sum().item())
+
+
+def prompt_groups(trajectories: Sequence[Trajectory]) -> list[tuple[list[int], int]]:
+    """Trajectories grouped by prompt (every token before the first agent token).
+
+    Each group comes with the tokens it shares: all of its prompt but the last
+    token, which stays in each row to predict that row's first agent token. A
+    lone trajectory shares nothing.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, traj in enumerate(trajectories):
+        first = next((i for i, m in enumerate(traj.loss_mask) if m), len(traj.token_ids))
+        groups.setdefault(tuple(traj.token_ids[:first]), []).append(index)
+    return [
+        (members, max(len(prompt) - 1, 0) if len(members) > 1 else 0)
+        for prompt, members in groups.items()
+    ]
 
 
 def _rows_first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
@@ -72,6 +118,7 @@ def pack(
     row_tokens: int | None,
     micro_batch_tokens: int,
     share_rows: bool = True,
+    share_prompts: bool = False,
     columns: Mapping[str, Sequence[Sequence[float]]] | None = None,
 ) -> list[MicroBatch]:
     """Pack trajectories into micro-batches of rows at most `row_tokens` wide.
@@ -82,6 +129,8 @@ def pack(
     wide as its longest row, right-padded with positions that keep counting:
     plain causal attention with no mask, which SDPA runs with its fused
     kernels, where a block-diagonal mask (shared rows) forces the dense path.
+    `share_prompts` (one per row only) keeps a group's members in one
+    micro-batch where they fit and lays out their prompt once (`Prefixes`).
 
     `columns` maps a name to one per-token list per trajectory (the layout of
     `Trajectory.logprobs`); each is packed like the trajectories' own fields into
@@ -92,6 +141,10 @@ def pack(
     if clash:
         raise ValueError(f"columns {sorted(clash)} would shadow the trajectories' own fields")
     lengths = [len(t.token_ids) for t in trajectories] or [1]
+    if share_prompts and share_rows:
+        raise ValueError("share_prompts needs one trajectory per row (share_rows=False)")
+    if share_prompts:
+        return _prompt_rows(trajectories, micro_batch_tokens, extra)
     if not share_rows:
         return _one_per_row(trajectories, lengths, micro_batch_tokens, extra)
     width = max([row_tokens or 0, *lengths])
@@ -119,6 +172,58 @@ def _one_per_row(
     return batches
 
 
+SHARED_PROMPT_MIN_SAVING = 0.25
+"""A micro-batch lays its prompts out once only where that saves at least this share of its
+tokens: the rows then attend under an explicit key mask, which on the CPU runs slower per
+token than plain causal attention (measured: long multi-turn rows that shared little got
+slower, one-turn groups of 8 got 8x faster)."""
+
+
+def _prompt_rows(
+    trajectories: Sequence[Trajectory],
+    micro_batch_tokens: int,
+    columns: Mapping[str, Sequence[Sequence[float]]],
+) -> list[MicroBatch]:
+    """One row per trajectory after its group's shared prompt, longest row first.
+
+    A micro-batch takes rows while its padded rows plus the prompts of the groups
+    it holds stay within the token budget.
+    """
+    starts = {i: shared for members, shared in prompt_groups(trajectories) for i in members}
+    tails = {i: len(t.token_ids) - starts[i] for i, t in enumerate(trajectories)}
+    batches: list[list[int]] = []
+    current: list[int] = []
+    prompts: dict[tuple[int, ...], int] = {}
+    budget = micro_batch_tokens
+    for index in sorted(tails, key=lambda i: -tails[i]):
+        prompt = tuple(trajectories[index].token_ids[: starts[index]])
+        added = 0 if prompt in prompts else len(prompt)
+        rows = len(current) + 1
+        if current and rows * tails[current[0]] + sum(prompts.values()) + added > budget:
+            batches.append(current)
+            current, prompts = [], {}
+        current.append(index)
+        prompts[prompt] = len(prompt)
+    if current:
+        batches.append(current)
+    return [
+        _build(trajectories, [[i] for i in rows], columns, continue_positions=True, starts=shared)
+        for rows in batches
+        for shared in [_worth_sharing(trajectories, rows, starts)]
+    ]
+
+
+def _worth_sharing(
+    trajectories: Sequence[Trajectory], rows: list[int], starts: Mapping[int, int]
+) -> dict[int, int]:
+    """`starts` for the rows where sharing their prompts saves enough tokens, else none."""
+    whole = len(rows) * max(len(trajectories[i].token_ids) for i in rows)
+    distinct = {tuple(trajectories[i].token_ids[: starts[i]]) for i in rows}
+    shared = len(rows) * max(len(trajectories[i].token_ids) - starts[i] for i in rows)
+    shared += sum(len(prompt) for prompt in distinct)
+    return {i: starts[i] for i in rows} if shared <= (1 - SHARED_PROMPT_MIN_SAVING) * whole else {}
+
+
 _SHIFTED = {  # field -> the Trajectory attribute it holds, shifted by one (position c predicts c+1)
     "targets": "token_ids",
     "mask": "loss_mask",
@@ -137,13 +242,17 @@ def _build(
     columns: Mapping[str, Sequence[Sequence[float]]],
     *,
     continue_positions: bool = False,
+    starts: Mapping[int, int] | None = None,
 ) -> MicroBatch:
     """One micro-batch: each field is built as Python rows and becomes one tensor.
 
     Padding positions restart at 0 (a sequence of their own), or keep counting
     when `continue_positions` (the row then looks like one unpacked sequence).
+    `starts` (one trajectory per row): where each row begins, its tokens before
+    that laid out once in the batch's `prefixes`.
     """
-    used = max(sum(len(trajectories[i].token_ids) for i in row) for row in rows)
+    starts = starts or {}
+    used = max(sum(len(trajectories[i].token_ids) - starts.get(i, 0) for i in row) for row in rows)
     fields: dict[str, list[list[float]]] = {name: [] for name in (*_LONG, *_SHIFTED, *columns)}
     constrained_at: list[tuple[int, int]] = []
     constrained_ids: list[tuple[int, ...]] = []
@@ -152,29 +261,34 @@ def _build(
     for r, row in enumerate(rows):
         cells: dict[str, list] = {name: [] for name in fields}
         offset = 0
+        position = 0
         for index in row:
             traj = trajectories[index]
-            n = len(traj.token_ids)
-            cells["input_ids"] += traj.token_ids
-            cells["position_ids"] += range(n)
+            n, start = len(traj.token_ids), starts.get(index, 0)
+            cells["input_ids"] += traj.token_ids[start:]
+            cells["position_ids"] += range(start, n)
             for name, attribute in _SHIFTED.items():
                 values = getattr(traj, attribute)
-                cells[name] += [0] * n if values is None else [*values[1:n], 0]
+                cells[name] += [0] * (n - start) if values is None else _next(values, start, n)
             for name, per_trajectory in columns.items():
-                cells[name] += [*per_trajectory[index][1:n], 0]
-            for position, ids in sorted(traj.constraints.items()):
-                if position >= 1:
-                    constrained_at.append((r, offset + position - 1))
+                cells[name] += _next(per_trajectory[index], start, n)
+            for at, ids in sorted(traj.constraints.items()):
+                if at - 1 >= start:  # predicted in this row (a shared prompt holds no agent token)
+                    constrained_at.append((r, offset - start + at - 1))
                     constrained_ids.append(tuple(ids))
-            placements.append((index, r, offset))
-            offset += n
+            placements.append((index, r, offset - start))
+            offset += n - start
+            position = n
         for name, cell in cells.items():
             if name != "position_ids":
                 cell += [0] * (used - offset)
+            elif continue_positions:
+                cell += range(position, position + used - offset)
             else:
-                cell += range(offset, used) if continue_positions else range(used - offset)
+                cell += range(used - offset)
             fields[name].append(cell)
         real += offset
+    prefixes = _prefixes(trajectories, [row[0] for row in rows], starts) if starts else None
     tensors = {
         name: torch.tensor(values, dtype=torch.long if name in _LONG else torch.float32)
         for name, values in fields.items()
@@ -184,8 +298,34 @@ def _build(
         columns=tensors,
         constrained_at=constrained_at,
         constrained_ids=constrained_ids,
-        real_tokens=real,
+        real_tokens=real + (0 if prefixes is None else int(prefixes.lengths.sum())),
         placements=placements,
+        prefixes=prefixes,
+    )
+
+
+def _next(values: Sequence[float], start: int, stop: int) -> list[float]:
+    """What columns start..stop-1 predict: values[start + 1 : stop + 1], 0 past the end."""
+    picked = list(values[start + 1 : stop + 1])
+    return picked + [0] * (stop - start - len(picked))
+
+
+def _prefixes(
+    trajectories: Sequence[Trajectory], rows: list[int], starts: Mapping[int, int]
+) -> Prefixes | None:
+    """Each distinct prompt of the rows once (rows that share none get an empty one)."""
+    prompts: dict[tuple[int, ...], int] = {}
+    of_row = []
+    for index in rows:
+        prompt = tuple(trajectories[index].token_ids[: starts.get(index, 0)])
+        of_row.append(prompts.setdefault(prompt, len(prompts)))
+    if not any(prompts):
+        return None
+    width = max(len(prompt) for prompt in prompts)
+    return Prefixes(
+        input_ids=torch.tensor([[*p, *[0] * (width - len(p))] for p in prompts], dtype=torch.long),
+        lengths=torch.tensor([len(p) for p in prompts], dtype=torch.long),
+        of_row=torch.tensor(of_row, dtype=torch.long),
     )
 
 
@@ -197,15 +337,16 @@ def unpack(
     Token i of a trajectory takes the value at the position that predicts it
     (offset + i - 1) where it is an agent token, and 0 elsewhere: the layout of
     `Trajectory.logprobs`, `ref_logprobs` and `values`. Keys are indices into
-    the `trajectories` that were packed.
+    the `trajectories` that were packed. (A shared prompt holds no agent token,
+    so every agent token is in its trajectory's row.)
     """
     values = packed.detach().float().cpu()
     out: dict[int, list[float]] = {}
     for index, r, offset in batch.placements:
         traj = trajectories[index]
         full = torch.zeros(len(traj.token_ids))
-        if len(traj.token_ids) > 1:
-            mask = torch.tensor(traj.loss_mask[1:], dtype=torch.bool)
-            full[1:][mask] = values[r, offset : offset + len(traj.token_ids) - 1][mask]
+        agent = torch.tensor(traj.loss_mask).nonzero().squeeze(1)
+        agent = agent[agent >= 1]  # token 0 has no position predicting it
+        full[agent] = values[r, offset + agent - 1]
         out[index] = full.tolist()
     return out

@@ -55,6 +55,7 @@ def micro_batch_plan(
             row_tokens=settings.row_tokens,
             micro_batch_tokens=settings.micro_batch_tokens,
             share_rows=settings.share_rows,
+            share_prompts=settings.share_prompts,
         )
         if mine
         else []

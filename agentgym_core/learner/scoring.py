@@ -63,6 +63,7 @@ def _score(
         todo,
         row_tokens=settings.row_tokens,
         share_rows=settings.share_rows,
+        share_prompts=settings.share_prompts,
         micro_batch_tokens=settings.micro_batch_tokens,
     )
     ref: dict[int, list[float]] = {}

@@ -27,6 +27,8 @@ class LearnerSettings:
     micro_batch_tokens: int = 8192
     row_tokens: int | None = None
     share_rows: bool = True
+    share_prompts: bool = False
+    """Lay out trajectories with the same prompt once per prompt (`packing.prompt_units`)."""
     max_grad_norm: float | None = 1.0
     temperature: float = 1.0
     seed: int = 0

@@ -33,7 +33,7 @@ from agentgym_core.run import recovery
 from agentgym_core.run.components import Components
 from agentgym_core.run.evaluate import evaluation_tasks
 from agentgym_core.run.metrics import rollout_metrics
-from agentgym_core.run.runtime import share_rows
+from agentgym_core.run.runtime import share_prompts, share_rows
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 Played = tuple[dict[str, float], TrajectoryBatch]
@@ -229,6 +229,7 @@ def recompute_behaviour(model: Any, batch: TrajectoryBatch, root: Any) -> None:
             row_tokens=trainer.row_tokens,
             micro_batch_tokens=trainer.micro_batch_tokens,
             share_rows=rows,
+            share_prompts=share_prompts(trainer.share_prompts, model, rows),
         ):
             logprobs, _ = token_logprobs(model, mb, root.rollout.temperature)
             for index, values in unpack(mb, logprobs, trajectories).items():

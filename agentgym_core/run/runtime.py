@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgym_core import distributed
+from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.learner import lora
+from agentgym_core.learner.forward import attention_implementation
 from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.offpolicy import OffPolicySettings
 from agentgym_core.learner.settings import LearnerSettings
@@ -51,6 +53,7 @@ def learner_settings(root: Any, model: Any, *, offline: bool = False) -> Learner
         micro_batch_tokens=trainer.micro_batch_tokens,
         row_tokens=trainer.row_tokens,
         share_rows=rows,
+        share_prompts=False if offline else share_prompts(trainer.share_prompts, model, rows),
         max_grad_norm=trainer.max_grad_norm,
         temperature=root.rollout.temperature,
         seed=root.run.seed,
@@ -66,8 +69,30 @@ def share_rows(packing: str, model: Any) -> bool:
     """Whether trajectories share packed rows (`trainer.packing`; auto: with flash attention)."""
     if packing != "auto":
         return packing == "shared"
-    attention = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
-    return attention.startswith("flash_attention")
+    return attention_implementation(model).startswith("flash_attention")
+
+
+def share_prompts(setting: bool | str, model: Any, rows_shared: bool) -> bool:
+    """`trainer.share_prompts`; auto: on where it is supported.
+
+    That is one process, one trajectory per row and attention that takes a key mask.
+    """
+    attention = attention_implementation(model)
+    blocker = (
+        f"the model's attention ({attention or 'unknown'}) takes no key mask: use "
+        "model.attn_implementation sdpa or eager"
+        if attention not in ("sdpa", "eager")
+        else "rows are shared (trainer.packing): use trainer.packing padded"
+        if rows_shared
+        else "training runs in several processes (not supported yet)"
+        if distributed.world_size() > 1
+        else None
+    )
+    if setting == "auto":
+        return blocker is None
+    if setting and blocker:
+        raise ConfigError([Problem("trainer.share_prompts", f"{blocker}, or set it false")])
+    return bool(setting)
 
 
 def offline_share_rows(packing: str) -> bool:
