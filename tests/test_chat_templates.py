@@ -464,3 +464,28 @@ def test_model_init_takes_a_chat_template(tmp_path):
     assert tokenizer.chat_template == read_template("gemma3")
     model = AutoModelForCausalLM.from_pretrained(out)
     assert tokenizer.decode(model.generation_config.eos_token_id) == "<eos><end_of_turn>"
+
+
+def test_an_opening_prompt_is_rendered_once_per_task(babyai, monkeypatch):
+    """A group's episodes open on the same task: the template runs once for all of them."""
+    _, texts = babyai
+    tokenizer = train_tokenizer(texts, vocab_size=512, chat_template="chatml")
+    chat = ChatFormat(tokenizer)
+    renders = []
+    render = chat._render
+    monkeypatch.setattr(chat, "_render", lambda *a, **k: renders.append(a) or render(*a, **k))
+    first = chat.prompt_ids("Play.", OBSERVATIONS[0])
+    first.append(-1)  # the caller's list is its own
+    again = chat.prompt_ids("Play.", OBSERVATIONS[0])
+    other = chat.prompt_ids("Play.", OBSERVATIONS[1])
+    assert len(renders) == 2
+    assert again == first[:-1] == _render(
+        chat,
+        [
+            {"role": "user", "content": "Play."},
+            {"role": "assistant", "content": PRIMING_REPLY},
+            {"role": "user", "content": OBSERVATIONS[0]},
+        ],
+        generation_prompt=True,
+    )
+    assert other != again

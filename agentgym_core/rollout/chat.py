@@ -27,6 +27,8 @@ from typing import Any
 
 ACTION_CACHE_SIZE = 50_000
 """Tokenized actions a ChatFormat keeps: fixed action sets fit; open ones (spans) are dropped."""
+PROMPT_CACHE_SIZE = 4096
+"""Opening prompts a ChatFormat keeps (a few batches' distinct tasks); dropped when full."""
 PRIMING_REPLY = "Ok."
 """AgentGym opens each conversation with the instruction and this assistant reply."""
 
@@ -94,6 +96,7 @@ class ChatFormat:
             )
         self.tokenizer = tokenizer
         self._action_tokens: dict[str, tuple[int, ...]] = {}
+        self._prompts: dict[tuple[str, str], tuple[int, ...]] = {}
         self.template_kwargs: dict[str, Any] = dict(getattr(tokenizer, _KWARGS_ATTRIBUTE, {}))
         """Variables passed to the template (`set_chat_template_kwargs`)."""
         self.template: str | None = None
@@ -212,10 +215,22 @@ class ChatFormat:
         return [int(i) for i in ids]
 
     def prompt_ids(self, instruction: str, observation: str) -> list[int]:
-        """Opening prompt: instruction, the priming reply, then the first observation."""
-        return self.template_ids(
-            [_user(instruction), _assistant(PRIMING_REPLY), _user(observation)]
-        )
+        """Opening prompt: instruction, the priming reply, then the first observation.
+
+        Cached: a group's episodes open on the same task, and rendering the template
+        and tokenizing took most of an episode's own time in one-turn rollouts.
+        """
+        key = (instruction, observation)
+        ids = self._prompts.get(key)
+        if ids is None:
+            if len(self._prompts) >= PROMPT_CACHE_SIZE:
+                self._prompts.clear()
+            ids = self._prompts[key] = tuple(
+                self.template_ids(
+                    [_user(instruction), _assistant(PRIMING_REPLY), _user(observation)]
+                )
+            )
+        return list(ids)
 
     def observation_ids(self, observation: str) -> list[int]:
         """Tokens to append after a sampled turn (ending in a stop token) for a new observation.
