@@ -479,13 +479,17 @@ def test_an_opening_prompt_is_rendered_once_per_task(babyai, monkeypatch):
     again = chat.prompt_ids("Play.", OBSERVATIONS[0])
     other = chat.prompt_ids("Play.", OBSERVATIONS[1])
     assert len(renders) == 2
-    assert again == first[:-1] == _render(
-        chat,
-        [
-            {"role": "user", "content": "Play."},
-            {"role": "assistant", "content": PRIMING_REPLY},
-            {"role": "user", "content": OBSERVATIONS[0]},
-        ],
-        generation_prompt=True,
+    assert (
+        again
+        == first[:-1]
+        == _render(
+            chat,
+            [
+                {"role": "user", "content": "Play."},
+                {"role": "assistant", "content": PRIMING_REPLY},
+                {"role": "user", "content": OBSERVATIONS[0]},
+            ],
+            generation_prompt=True,
+        )
     )
     assert other != again

@@ -225,9 +225,10 @@ class TrainerConfig(_Block):
     share_prompts: bool | Literal["auto"] = Field(
         "auto",
         description="Trajectories that begin with the same prompt (a group's first turn) "
-        "compute it once in the learner's forward pass, with an attention mask that keeps "
-        "their continuations apart (same values, fewer tokens); auto: on under sdpa and "
-        "eager attention, off under attention that takes no explicit mask (flash attention).",
+        "compute it once in the learner's forward pass: its keys and values are computed "
+        "once and each trajectory's row attends to them (same values, fewer tokens); auto: "
+        "on with one trajectory per row (packing: padded), sdpa or eager attention and one "
+        "process; true where one of those is missing is an error.",
     )
     max_grad_norm: float | None = Field(
         1.0, gt=0, description="Gradient clipping norm; null: no clipping."

@@ -129,8 +129,8 @@ def pack(
     wide as its longest row, right-padded with positions that keep counting:
     plain causal attention with no mask, which SDPA runs with its fused
     kernels, where a block-diagonal mask (shared rows) forces the dense path.
-    `share_prompts` (one per row only) keeps a group's members in one
-    micro-batch where they fit and lays out their prompt once (`Prefixes`).
+    `share_prompts` (one per row only) lays out each prompt a micro-batch's
+    rows begin with once (`Prefixes`), where that saves enough tokens.
 
     `columns` maps a name to one per-token list per trajectory (the layout of
     `Trajectory.logprobs`); each is packed like the trajectories' own fields into
@@ -174,9 +174,9 @@ def _one_per_row(
 
 SHARED_PROMPT_MIN_SAVING = 0.25
 """A micro-batch lays its prompts out once only where that saves at least this share of its
-tokens: the rows then attend under an explicit key mask, which on the CPU runs slower per
-token than plain causal attention (measured: long multi-turn rows that shared little got
-slower, one-turn groups of 8 got 8x faster)."""
+tokens: its rows then attend under an explicit key mask, slower per token than plain
+causal attention's fused kernel, so long multi-turn rows that would share little keep
+their whole prompts."""
 
 
 def _prompt_rows(
@@ -194,12 +194,12 @@ def _prompt_rows(
     batches: list[list[int]] = []
     current: list[int] = []
     prompts: dict[tuple[int, ...], int] = {}
-    budget = micro_batch_tokens
     for index in sorted(tails, key=lambda i: -tails[i]):
         prompt = tuple(trajectories[index].token_ids[: starts[index]])
         added = 0 if prompt in prompts else len(prompt)
         rows = len(current) + 1
-        if current and rows * tails[current[0]] + sum(prompts.values()) + added > budget:
+        cost = rows * tails[current[0]] + sum(prompts.values()) + added if current else 0
+        if cost > micro_batch_tokens:
             batches.append(current)
             current, prompts = [], {}
         current.append(index)
