@@ -227,3 +227,20 @@ def test_share_prompts_auto_is_on_only_where_it_is_supported(tiny_model):
         share_prompts(True, flash, rows_shared=False)
     with pytest.raises(ConfigError, match=r"trainer\.packing padded"):
         share_prompts(True, model, rows_shared=True)
+
+
+def test_micro_batches_that_keep_whole_prompts_stay_within_the_token_budget():
+    """Rows laid out whole (sharing saved too little) are split again under the budget."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        trajs = []
+        for group in range(rng.randint(2, 6)):
+            prompt = [rng.randrange(3, 90) for _ in range(rng.randint(5, 60))]
+            trajs += _group(rng, 90, prompt, [rng.randint(20, 120) for _ in range(4)], group)
+        batches = pack(
+            trajs, row_tokens=None, micro_batch_tokens=400, share_rows=False, share_prompts=True
+        )
+        assert sorted(i for mb in batches for i, _, _ in mb.placements) == list(range(len(trajs)))
+        for mb in batches:
+            if mb.prefixes is None and len(mb.input_ids) > 1:
+                assert mb.slots <= 400, (seed, mb.slots)

@@ -161,8 +161,11 @@ def _one_per_row(
     lengths: list[int],
     micro_batch_tokens: int,
     columns: Mapping[str, Sequence[Sequence[float]]],
+    indices: Sequence[int] | None = None,
 ) -> list[MicroBatch]:
-    order = sorted(range(len(trajectories)), key=lambda i: -lengths[i])
+    """Whole trajectories (`indices` of them; None: all), one per row, longest first."""
+    chosen = range(len(trajectories)) if indices is None else indices
+    order = sorted(chosen, key=lambda i: -lengths[i])
     batches, start = [], 0
     while start < len(order):
         count = max(1, micro_batch_tokens // lengths[order[start]])
@@ -206,11 +209,23 @@ def _prompt_rows(
         prompts[prompt] = len(prompt)
     if current:
         batches.append(current)
-    return [
-        _build(trajectories, [[i] for i in rows], columns, continue_positions=True, starts=shared)
-        for rows in batches
-        for shared in [_worth_sharing(trajectories, rows, starts)]
-    ]
+    packed: list[MicroBatch] = []
+    for rows in batches:
+        shared = _worth_sharing(trajectories, rows, starts)
+        if shared:
+            packed.append(
+                _build(
+                    trajectories,
+                    [[i] for i in rows],
+                    columns,
+                    continue_positions=True,
+                    starts=shared,
+                )
+            )
+        else:  # whole rows are wider: split again under the budget counted for them
+            lengths = [len(t.token_ids) for t in trajectories]
+            packed += _one_per_row(trajectories, lengths, micro_batch_tokens, columns, rows)
+    return packed
 
 
 def _worth_sharing(
