@@ -13,7 +13,8 @@ continuous), static with env calls on the event loop (`rollout.env_threads:
 0`, as the demo runs), and static with the next update's rollout played while the
 learner trains (`trainer.max_staleness: 1`: each batch is one update stale, corrected
 by decoupled PPO's importance weights; TRL's GRPOTrainer here plays every batch on
-the weights it trains); TRL runs twice:
+the weights it trains), and `ours-whole-prompts` is the default with the learner's
+shared prompts off (`trainer.share_prompts: false`); TRL runs twice:
 at its fastest on a CPU (fp32, no gradient checkpointing) and with its own
 defaults for those two (bf16, gradient checkpointing). Each trainer runs in its
 own child process, all of them alternating, so its peak RSS is its own; the first

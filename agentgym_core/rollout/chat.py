@@ -218,7 +218,7 @@ class ChatFormat:
         """Opening prompt: instruction, the priming reply, then the first observation.
 
         Cached: a group's episodes open on the same task, and rendering the template
-        and tokenizing took most of an episode's own time in one-turn rollouts.
+        and tokenizing is a large part of a one-turn episode's own cost.
         """
         key = (instruction, observation)
         ids = self._prompts.get(key)
