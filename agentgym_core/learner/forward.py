@@ -19,6 +19,7 @@ from transformers import DynamicCache
 
 from agentgym_core.learner.packing import MicroBatch, pack
 from agentgym_core.policies.constraints import allowed_mask
+from agentgym_core.policies.prefix_cache import per_request
 from agentgym_core.types import Trajectory
 
 
@@ -78,10 +79,10 @@ def run_model(model: Any, batch: MicroBatch, **kwargs: Any) -> Any:
     # right-padded prompts under plain causal attention: the padding comes after every real
     # token, so no real token sees it; the rows' key mask hides it from them
     prompts = model(input_ids=prefixes.input_ids.to(device), use_cache=True, **_no_logits(model))
-    of_row = prefixes.of_row.to(device)
+    of_row = prefixes.of_row.tolist()
     cache = DynamicCache(
         ddp_cache_data=[
-            (layer.keys.index_select(0, of_row), layer.values.index_select(0, of_row))
+            per_request(of_row, layer.keys, layer.values)
             for layer in prompts.past_key_values.layers
         ]
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from agentgym_core.policies.prefix_cache import shared_rows
 from agentgym_core.types import Trajectory
 
 
@@ -193,12 +194,14 @@ def _prompt_rows(
     it holds stay within the token budget.
     """
     starts = {i: shared for members, shared in prompt_groups(trajectories) for i in members}
-    tails = {i: len(t.token_ids) - starts[i] for i, t in enumerate(trajectories)}
+    prompt_of = {i: tuple(t.token_ids[: starts[i]]) for i, t in enumerate(trajectories)}
+    lengths = [len(t.token_ids) for t in trajectories]
+    tails = {i: lengths[i] - starts[i] for i in starts}
     batches: list[list[int]] = []
     current: list[int] = []
     prompts: dict[tuple[int, ...], int] = {}
     for index in sorted(tails, key=lambda i: -tails[i]):
-        prompt = tuple(trajectories[index].token_ids[: starts[index]])
+        prompt = prompt_of[index]
         added = 0 if prompt in prompts else len(prompt)
         rows = len(current) + 1
         cost = rows * tails[current[0]] + sum(prompts.values()) + added if current else 0
@@ -211,32 +214,32 @@ def _prompt_rows(
         batches.append(current)
     packed: list[MicroBatch] = []
     for rows in batches:
-        shared = _worth_sharing(trajectories, rows, starts)
-        if shared:
+        if _worth_sharing(rows, lengths, tails, prompt_of):
             packed.append(
                 _build(
                     trajectories,
                     [[i] for i in rows],
                     columns,
                     continue_positions=True,
-                    starts=shared,
+                    starts={i: starts[i] for i in rows},
                 )
             )
         else:  # whole rows are wider: split again under the budget counted for them
-            lengths = [len(t.token_ids) for t in trajectories]
             packed += _one_per_row(trajectories, lengths, micro_batch_tokens, columns, rows)
     return packed
 
 
 def _worth_sharing(
-    trajectories: Sequence[Trajectory], rows: list[int], starts: Mapping[int, int]
-) -> dict[int, int]:
-    """`starts` for the rows where sharing their prompts saves enough tokens, else none."""
-    whole = len(rows) * max(len(trajectories[i].token_ids) for i in rows)
-    distinct = {tuple(trajectories[i].token_ids[: starts[i]]) for i in rows}
-    shared = len(rows) * max(len(trajectories[i].token_ids) - starts[i] for i in rows)
-    shared += sum(len(prompt) for prompt in distinct)
-    return {i: starts[i] for i in rows} if shared <= (1 - SHARED_PROMPT_MIN_SAVING) * whole else {}
+    rows: list[int],
+    lengths: Sequence[int],
+    tails: Mapping[int, int],
+    prompt_of: Mapping[int, tuple[int, ...]],
+) -> bool:
+    """Whether laying the rows' prompts out once saves enough of their tokens."""
+    whole = len(rows) * max(lengths[i] for i in rows)
+    shared = len(rows) * max(tails[i] for i in rows)
+    shared += sum(len(prompt) for prompt in {prompt_of[i] for i in rows})
+    return shared <= (1 - SHARED_PROMPT_MIN_SAVING) * whole
 
 
 _SHIFTED = {  # field -> the Trajectory attribute it holds, shifted by one (position c predicts c+1)
@@ -329,11 +332,9 @@ def _prefixes(
     trajectories: Sequence[Trajectory], rows: list[int], starts: Mapping[int, int]
 ) -> Prefixes | None:
     """Each distinct prompt of the rows once (rows that share none get an empty one)."""
-    prompts: dict[tuple[int, ...], int] = {}
-    of_row = []
-    for index in rows:
-        prompt = tuple(trajectories[index].token_ids[: starts.get(index, 0)])
-        of_row.append(prompts.setdefault(prompt, len(prompts)))
+    row_prompts = [trajectories[i].token_ids[: starts.get(i, 0)] for i in rows]
+    of_row, firsts = shared_rows(row_prompts, [None] * len(rows))
+    prompts = [row_prompts[first] for first in firsts]
     if not any(prompts):
         return None
     width = max(len(prompt) for prompt in prompts)
