@@ -14,7 +14,8 @@ What is here:
 - the protocols a plugin implements: `Environment`, `Policy`, `Algorithm`,
   `OfflineAlgorithm`, `HorizonScheduler`, and what they exchange
   (`SamplingParams`, `AlgorithmNeeds`, `CriticSpec`, `LossInputs`,
-  `SequenceInputs`, `OfflineDataset`, `ExpertEnvironment`, `TextPolicy`);
+  `SequenceInputs`, `OfflineDataset`, `ExpertEnvironment`, `RelabelableEnvironment`,
+  `TextPolicy`);
 - plain data: `StepResult`, `Generation`, `Turn`, `Trajectory`,
   `TrajectoryBatch`, `Termination`, `TaskId`;
 - RL maths for algorithm plugins: the token-level losses (`clipped_policy_loss`,
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from agentgym_core.config.errors import ConfigError, Problem
     from agentgym_core.data.agenttraj import AgentTrajItem, AgentTrajPair, read_items, read_pairs
     from agentgym_core.data.expert import ExpertEnvironment
+    from agentgym_core.data.relabel import RelabelableEnvironment
     from agentgym_core.distributed import fingerprint
     from agentgym_core.learner.lora import full_weights
     from agentgym_core.learner.losses import (
@@ -124,6 +126,7 @@ _LAZY = {
     "agentgym_core.config.errors": ("ConfigError", "Problem"),
     "agentgym_core.data.agenttraj": ("AgentTrajItem", "AgentTrajPair", "read_items", "read_pairs"),
     "agentgym_core.data.expert": ("ExpertEnvironment",),
+    "agentgym_core.data.relabel": ("RelabelableEnvironment",),
     "agentgym_core.distributed": ("fingerprint",),
     "agentgym_core.learner.losses": (
         "clipped_loss_with_kl_and_entropy",
@@ -194,6 +197,7 @@ __all__ = [
     "Problem",
     "PythonSandbox",
     "Register",
+    "RelabelableEnvironment",
     "SamplingParams",
     "SandboxLimits",
     "SandboxResult",

@@ -278,6 +278,16 @@ class OfflineDataset(Protocol):
         """
         ...
 
+    def relabelled(
+        self, items: Sequence[AgentTrajItem], copies: int, key: str
+    ) -> list[AgentTrajItem]:
+        """`copies` copies of each item with the env's interchangeable words permuted.
+
+        Seeded; an env that names no such words (`interchangeable_words()`) is an error
+        naming `key`.
+        """
+        ...
+
     def stage_rollouts(self, stage: str, key: str) -> list[Trajectory]:
         """Every trajectory an earlier pipeline stage saved (`tracking.save_rollouts`)."""
         ...

@@ -502,6 +502,30 @@ def test_an_sft_stage_shares_its_expert_episodes_among_processes_as_asked(
     assert steps[1] == steps[2] > 0
 
 
+def test_an_sft_stage_trains_on_relabelled_copies_of_its_expert_episodes(
+    tmp_path, babyai_model, monkeypatch
+):
+    """`relabel_copies`: each kept episode and its copies with BabyAI's colours permuted."""
+    host = PluginHost()
+    expert = {"episodes": 10, "max_turns": 8}
+    sft = {"name": "sft", "expert": expert, "batch_size": 4, "relabel_copies": 3}
+    path = _config(
+        tmp_path, babyai_model, "relabel", sft, trainer={"steps": 1, "checkpoint_every": 0}
+    )
+    trained = run_stage(load_config(path, [], host.registry), host, show_progress=False)
+    kept = len(yaml.safe_load((tmp_path / "relabel" / "expert.json").read_text()))
+    assert kept > 0
+    assert trained.history[0]["data/relabelled_copies"] == 3 * kept
+    assert trained.history[0]["data/examples"] == 4 * kept  # none too long for the context
+
+    from agentgym_env_babyai.env import BabyAIEnv
+
+    monkeypatch.delattr(BabyAIEnv, "interchangeable_words")
+    path = _config(tmp_path, babyai_model, "norelabel", sft)
+    with pytest.raises(ConfigError, match=r"algorithm\.relabel_copies: environment 'babyai' names"):
+        run_stage(load_config(path, [], host.registry), host, show_progress=False)
+
+
 def test_an_sft_stage_adds_the_experts_takeovers_of_its_models_own_episodes(tmp_path, babyai_model):
     """`expert.roll_in`: the starting model plays, the bot finishes; its turns are context."""
     host = PluginHost()

@@ -42,6 +42,7 @@ from agentgym_core.data.expert import (
     expert_items,
     expert_items_in_processes,
 )
+from agentgym_core.data.relabel import relabelled_items
 from agentgym_core.interfaces import OfflineAlgorithm
 from agentgym_core.learner.learner import Learner
 from agentgym_core.learner.sequence import Example, sequence_update
@@ -191,6 +192,8 @@ class StageData:
         """Env steps the stage's model took in the episodes the expert took over."""
         self.takeovers: dict[str, int] = {}
         """Counts of the takeovers: episodes played, cut, diverged on replay, kept."""
+        self.relabelled_copies = 0
+        """Relabelled copies made (`relabelled`)."""
 
     def error(self, key: str, message: str) -> ConfigError:
         """A config error at `algorithm.<key>` of this stage."""
@@ -277,6 +280,37 @@ class StageData:
             "kept": len(run.items),
         }
         return self._keep(run, "takeover.json", "takeover")
+
+    def relabelled(
+        self, items: Sequence[AgentTrajItem], copies: int, key: str
+    ) -> list[AgentTrajItem]:
+        """`copies` copies of each item with the env's interchangeable words permuted.
+
+        The env names its classes of words (`interchangeable_words()`); one made from the
+        stage's env block is asked, then closed. Seeded by the run's seed.
+        """
+        if copies == 0 or not items:
+            return []
+        registration, options = self.resolved.components["env"]
+        env = registration.factory(options)
+        try:
+            # by name, not isinstance: a protocol's answer is cached per class
+            words = getattr(env, "interchangeable_words", None)
+            if words is None:
+                raise self.error(
+                    key,
+                    f"environment {registration.name!r} names no interchangeable words "
+                    "(interchangeable_words()); it cannot relabel",
+                )
+            classes = words()
+        finally:
+            env.close()
+        try:
+            copied = relabelled_items(items, classes, copies, self.seed)
+        except ValueError as exc:
+            raise self.error(key, f"environment {registration.name!r}: {exc}") from None
+        self.relabelled_copies += len(copied)
+        return copied
 
     def _roll_ins(self, split: str, episodes: int, turns: int, key: str) -> list[Trajectory]:
         """The starting model's episodes: those kept in the stage's folder, or played now.
@@ -550,13 +584,15 @@ class OfflineStage:
 
 
 def data_metrics(data: StageData) -> dict[str, float]:
-    """What making the stage's data cost: expert env steps, and a roll-in's steps and counts."""
+    """What making the stage's data cost: expert env steps, a roll-in's steps and counts, copies."""
     out = {}
     if data.expert_env_steps:
         out["data/expert_env_steps"] = float(data.expert_env_steps)
     if data.takeovers:
         out["data/roll_in_env_steps"] = float(data.roll_in_env_steps)
         out.update({f"data/takeovers_{k}": float(v) for k, v in data.takeovers.items()})
+    if data.relabelled_copies:
+        out["data/relabelled_copies"] = float(data.relabelled_copies)
     return out
 
 

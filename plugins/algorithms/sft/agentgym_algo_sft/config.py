@@ -72,6 +72,13 @@ class SFTConfig(BaseModel):
     expert: ExpertData | None = Field(
         None, description="Generate expert trajectories at the start of the stage; null: none."
     )
+    relabel_copies: int = Field(
+        0,
+        ge=0,
+        description="Also this many copies of each conversation of `files` and `expert`, "
+        "each with the env's interchangeable words (BabyAI: its colours, ball and box) "
+        "permuted by a seeded draw; 0: none. The env must name them.",
+    )
     batch_size: int = Field(16, gt=0, description="Trajectories per optimizer step.")
 
     @model_validator(mode="after")

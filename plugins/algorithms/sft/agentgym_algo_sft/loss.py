@@ -7,7 +7,9 @@ turns given the conversation so far.
 Data: AgentTraj JSON files (`files`, paths or globs), saved trajectories
 (`trajectories`, JSONL) and/or episodes of the env's own expert generated
 at the start of the stage (`expert`), with `expert.roll_in` also the
-expert's takeovers of the starting model's own episodes (DAgger-style). Only
+expert's takeovers of the starting model's own episodes (DAgger-style), and
+with `relabel_copies` copies of those conversations with the env's
+interchangeable words permuted (`agentgym_core.data.relabel`). Only
 assistant turns marked `loss: true`, or every assistant turn when the field
 is absent, carry loss; instructions and observations are context. Sequences
 are tokenized exactly as rollouts are, so the trained turns are the tokens
@@ -41,7 +43,7 @@ class SFT:
         self.needs = AlgorithmNeeds(online=False)
 
     def examples(self, data: OfflineDataset) -> list[tuple[Trajectory, ...]]:
-        """One example per trajectory: the files, the expert's episodes, then saved ones."""
+        """One example per trajectory: files, expert episodes, relabelled copies, saved ones."""
         items = [
             item for path in data.files(self.config.files, "files") for item in read_items(path)
         ]
@@ -65,6 +67,7 @@ class SFT:
                     key="expert.roll_in",
                     workers=expert.workers,
                 )
+        items += data.relabelled(items, self.config.relabel_copies, "relabel_copies")
         examples = [
             (data.sequence(item.conversations, task_id=_task(item.task_id)),) for item in items
         ]

@@ -9,6 +9,7 @@ from agentgym_env_babyai import render
 from agentgym_env_babyai.bot import new_bot
 from agentgym_env_babyai.config import BabyAIConfig
 from agentgym_env_babyai.world import (
+    COLOURS,
     DROP,
     FORWARD,
     LEFT,
@@ -239,6 +240,10 @@ class BabyAIEnv:
         names = {LEFT: "turn left", RIGHT: "turn right", FORWARD: "move forward"}
         names.update({DROP: "drop", TOGGLE: "toggle"})
         return names.get(int(primitive), "turn left")
+
+    def interchangeable_words(self) -> list[list[str]]:
+        """The six colours: relabelled copies of expert episodes (`sft.relabel_copies`)."""
+        return [list(COLOURS)]
 
     def render(self) -> Any:
         """Minigrid's top-down RGB frame (the agent's view highlighted), for `agentgym view`."""

@@ -16,6 +16,10 @@ from typing import Any
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = 0, 1, 2, 3, 4, 5
 DIRECTIONS = [(1, 0), (0, 1), (-1, 0), (0, -1)]
 OBJECT_TYPES = ("key", "ball", "box", "door")
+COLOURS = ("red", "green", "blue", "purple", "yellow", "grey")
+"""Minigrid's colours. The dynamics ignore them but for matching a key to its door, so a
+consistent permutation of them keeps an episode valid (`interchangeable_words`). Object
+types are not interchangeable: keys open doors, and AgentGym's text calls boxes barriers."""
 
 
 @dataclass(frozen=True)

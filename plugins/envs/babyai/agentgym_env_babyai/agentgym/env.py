@@ -25,6 +25,7 @@ from agentgym_env_babyai.agentgym import levels
 from agentgym_env_babyai.agentgym.expert import Expert
 from agentgym_env_babyai.agentgym.view import View, observe
 from agentgym_env_babyai.config import BabyAIConfig
+from agentgym_env_babyai.world import COLOURS
 
 NOT_RECOGNIZED = "The action is not recognized. Please check valid actions."
 COMPLETED = "\n The task is completed."
@@ -162,6 +163,10 @@ class AgentGymBabyAIEnv:
         if self._expert is None:
             self._expert = Expert(self.game, search_depth=self.config.expert_search)
         return self._expert.choose(self.view, self.image)
+
+    def interchangeable_words(self) -> list[list[str]]:
+        """The six colours: relabelled copies of expert episodes (`sft.relabel_copies`)."""
+        return [list(COLOURS)]
 
     def render(self) -> Any:
         """Minigrid's top-down RGB frame (the agent's view highlighted), for `agentgym view`."""
