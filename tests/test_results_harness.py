@@ -471,6 +471,7 @@ def test_a_rerun_says_whether_it_repeated_the_kept_run():
         "started": None,
         "commit": None,
         "curve_equal": True,
+        "curve_compared": ["success", "turns", "episodes", "tokens"],
         "evals_equal": True,
         "evals": {"test": {"kept": 0.5, "rerun": 0.5}},
     }
@@ -489,6 +490,33 @@ def test_a_rerun_says_whether_it_repeated_the_kept_run():
         "show the new run's numbers: short seed 1."
     )
     assert reruns_line([kept]) == ""
+
+
+def test_a_curve_with_nothing_both_runs_recorded_is_not_called_repeated():
+    """An SFT run's points held no training metric (only step and seconds): comparing them
+    said `curve_equal: True` whatever the training did. Now its loss is compared, and a
+    kept run that recorded nothing the rerun has is 'not compared'."""
+    sft = {"evals": {"test": {"success_rate": 0.5}}}
+    old = dict(sft, curve=[{"step": 0, "seconds": 1.0}, {"step": 1, "seconds": 2.0}])
+    new = dict(sft, curve=[{"step": 0, "seconds": 1.5, "loss": 1.2}, {"step": 1, "loss": 0.9}])
+    rerun = reproduction(old, new, "success_rate")
+    assert rerun["curve_equal"] is None and rerun["curve_compared"] == []
+    moved = dict(sft, curve=[{"step": 0, "loss": 1.2}, {"step": 1, "loss": 0.8}])
+    assert reproduction(new, moved, "success_rate")["curve_compared"] == ["loss"]
+    assert reproduction(new, moved, "success_rate")["curve_equal"] is False
+    assert reproduction(new, json.loads(json.dumps(new)), "success_rate")["curve_equal"] is True
+    untrained = dict(sft, curve=[])  # no updates: nothing trained, nothing to differ
+    assert reproduction(untrained, dict(untrained), "success_rate")["curve_equal"] is True
+    results = [
+        dict(sft, arm="sft", seed=0, rerun_of={"curve_equal": None, "evals_equal": True}),
+        dict(sft, arm="sft", seed=1, rerun_of={"curve_equal": None, "evals_equal": False}),
+        dict(sft, arm="rl", seed=0, rerun_of={"curve_equal": True, "evals_equal": True}),
+    ]
+    line = reruns_line(results)
+    assert "3 runs; 1 repeated" in line
+    assert "could not be compared (the earlier run recorded no training metric the new one " in line
+    assert "has): sft seed 0, sft seed 1;" in line
+    assert line.endswith("did not repeat, and show the new run's numbers: sft seed 1.")
 
 
 def test_a_kept_run_gets_added_evaluations_from_its_checkpoint_or_by_training_again(tmp_path):

@@ -359,18 +359,31 @@ def reruns_line(results: list[dict[str, Any]]) -> str:
     reruns = sorted((r for r in results if "rerun_of" in r), key=lambda r: (r["arm"], r["seed"]))
     if not reruns:
         return ""
+
+    def name(r: dict[str, Any]) -> str:
+        return f"{r['arm']} seed {r['seed']}"
+
+    uncompared = [r for r in reruns if r["rerun_of"]["curve_equal"] is None]
     differ = [
-        f"{r['arm']} seed {r['seed']}"
+        name(r)
         for r in reruns
-        if not (r["rerun_of"]["curve_equal"] and r["rerun_of"]["evals_equal"])
+        if r["rerun_of"]["curve_equal"] is False or not r["rerun_of"]["evals_equal"]
     ]
+    repeated = sum(
+        r["rerun_of"]["curve_equal"] is True and r["rerun_of"]["evals_equal"] for r in reruns
+    )
     line = (
         f"Trained again to add an evaluation (the earlier checkpoints were not kept): "
-        f"{len(reruns)} runs; {len(reruns) - len(differ)} repeated their earlier training "
-        "curve and evaluations exactly"
+        f"{len(reruns)} runs; {repeated} repeated their earlier training curve and "
+        "evaluations exactly"
     )
+    if uncompared:
+        line += (
+            "; the curves of these could not be compared (the earlier run recorded no training "
+            "metric the new one has): " + ", ".join(name(r) for r in uncompared)
+        )
     if differ:
-        line += "; these did not, and show the new run's numbers: " + ", ".join(differ)
+        line += "; these did not repeat, and show the new run's numbers: " + ", ".join(differ)
     return line + "."
 
 

@@ -40,6 +40,7 @@ CURVE_KEYS = {
     "env_errors": "rollout/env_errors",
     "tokens": "rollout/generated_tokens",
     "seconds": "step_seconds",
+    "loss": "train/loss",
     "expert_env_steps": "data/expert_env_steps",
     "roll_in_env_steps": "data/roll_in_env_steps",
     "takeovers_kept": "data/takeovers_kept",
@@ -417,8 +418,10 @@ def add_evals(
     return kept
 
 
-REPRODUCED = ("success", "reward", "turns", "episodes", "tokens")
-"""What a retrained run's curve must repeat, update by update, to be the kept run again."""
+REPRODUCED = ("success", "reward", "turns", "episodes", "tokens", "loss")
+"""What a retrained run's curve must repeat, update by update, to be the kept run again: those
+of them both runs recorded (an SFT run records only its loss; runs kept before the loss was
+recorded, on 2026-11-28, none)."""
 
 
 def retrain(
@@ -427,7 +430,9 @@ def retrain(
     """Train and evaluate a run again from scratch; with a kept result, say if it reproduced.
 
     `rerun_of` keeps the earlier run's start, commit and evaluations, and whether the
-    new curve and evaluations equal them. Runs are seeded, so they should; when they
+    new curve (`curve_compared`: what both recorded; `curve_equal` None: nothing, where
+    either trained) and
+    evaluations equal them. Runs are seeded, so they should; when they
     do not, the new numbers stand (the model evaluated is this one) and a warning says so.
     """
     path = paths.result(scenario.name, arm.name, seed)
@@ -439,10 +444,11 @@ def retrain(
     keep(paths, result)
     rerun = result.get("rerun_of")
     if rerun and not (rerun["curve_equal"] and rerun["evals_equal"]):
+        curve = "not compared" if rerun["curve_equal"] is None else rerun["curve_equal"]
         print(
             f"WARNING: {scenario.name} {arm.name} seed {seed} trained again does not repeat "
-            f"its kept run (curve equal: {rerun['curve_equal']}, evaluations: "
-            f"{rerun['evals']}); the new numbers replace the kept ones",
+            f"its kept run, or its curve could not be compared (curve equal: {curve}, "
+            f"evaluations: {rerun['evals']}); the new numbers replace the kept ones",
             flush=True,
         )
     return result
@@ -468,8 +474,13 @@ def clear_run_dir(run_dir: Path) -> None:
 def reproduction(kept: dict[str, Any], rerun: dict[str, Any], metric: str) -> dict[str, Any]:
     """How a rerun compares with the kept run it replaces (see `retrain`)."""
 
+    def recorded(result: dict[str, Any]) -> set[str]:
+        return {key for point in result["curve"] for key in point}
+
+    compared = [key for key in REPRODUCED if key in recorded(kept) & recorded(rerun)]
+
     def trace(result: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{key: point.get(key) for key in REPRODUCED} for point in result["curve"]]
+        return [{key: point.get(key) for key in compared} for point in result["curve"]]
 
     evals = {
         name: {"kept": record.get(metric), "rerun": rerun["evals"].get(name, {}).get(metric)}
@@ -478,7 +489,12 @@ def reproduction(kept: dict[str, Any], rerun: dict[str, Any], metric: str) -> di
     return {
         "started": kept.get("started"),
         "commit": kept.get("machine", {}).get("commit"),
-        "curve_equal": trace(kept) == trace(rerun),
+        "curve_equal": (
+            trace(kept) == trace(rerun)
+            if compared or not (kept["curve"] or rerun["curve"])
+            else None
+        ),
+        "curve_compared": compared,
         "evals_equal": all(e["kept"] == e["rerun"] for e in evals.values()),
         "evals": evals,
     }
