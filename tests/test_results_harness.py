@@ -514,8 +514,8 @@ def test_a_curve_with_nothing_both_runs_recorded_is_not_called_repeated():
     ]
     line = reruns_line(results)
     assert "3 runs; 1 repeated" in line
-    assert "could not be compared (the earlier run recorded no training metric the new one " in line
-    assert "has): sft seed 0, sft seed 1;" in line
+    assert "could not be compared (no training metric recorded in both runs): sft seed 0, " in line
+    assert "sft seed 1;" in line
     assert line.endswith("did not repeat, and show the new run's numbers: sft seed 1.")
 
 

@@ -95,7 +95,8 @@ def test_same_seed_same_trajectories_whatever_the_batching(tiny_model):
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_a_groups_shared_prompt_is_prefilled_once_with_the_same_samples(tiny_model, batching):
     settings = RolloutSettings(max_turns=1, seed=3)
-    engine = _engine(tiny_model, batching=batching)
+    # the 12 requests in one batch even on a busy machine: wait for them, stop at 12
+    engine = _engine(tiny_model, batching=batching, max_batch_size=12, gather_ms=5000)
     shared = engine.run(_episodes(3, 4), settings)
     firsts = [t.prompt_length for t in shared[::4]]  # the first sample of each task
     if batching == "static":  # continuous: the next test, whose arrivals do not depend on timing

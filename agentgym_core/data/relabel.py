@@ -7,10 +7,12 @@ permutation applied within each class, to every turn alike (observations and
 actions), is another valid demonstration of a relabelled world. The instruction
 and its priming reply, the same for every task, are kept as the agent sees them.
 
-Why: a small student cloning a few thousand episodes learns which names tend to
-come together instead of reading the goal (told to go to the red box, it goes to
-the red ball). Copies with the names shuffled break those pairings, so only
-copying the goal's words into the action fits them all.
+Why: a small student cloning a few thousand episodes may learn which names tend
+to come together instead of reading the goal (told to go to the red ball, it goes
+to the grey key). Copies with the names shuffled break those pairings, so only
+copying the goal's words into the action fits them all. Measured once, on the
+BabyAI moonshot at one seed: no gain, and the student read its goal no better
+(benchmarks/results/notes/babyai-moonshot.md).
 """
 
 from __future__ import annotations

@@ -379,8 +379,8 @@ def reruns_line(results: list[dict[str, Any]]) -> str:
     )
     if uncompared:
         line += (
-            "; the curves of these could not be compared (the earlier run recorded no training "
-            "metric the new one has): " + ", ".join(name(r) for r in uncompared)
+            "; the curves of these could not be compared (no training metric recorded in both "
+            "runs): " + ", ".join(name(r) for r in uncompared)
         )
     if differ:
         line += "; these did not repeat, and show the new run's numbers: " + ", ".join(differ)

@@ -76,7 +76,7 @@ class SFTConfig(BaseModel):
         0,
         ge=0,
         description="Also this many copies of each conversation of `files` and `expert`, "
-        "each with the env's interchangeable words (BabyAI: its colours, ball and box) "
+        "each with the env's interchangeable words (BabyAI: its six colours) "
         "permuted by a seeded draw; 0: none. The env must name them.",
     )
     batch_size: int = Field(16, gt=0, description="Trajectories per optimizer step.")
