@@ -19,7 +19,9 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-COLOURS = "red|green|blue|purple|yellow|grey"
+from agentgym_env_babyai.world import COLOURS as COLOUR_NAMES
+
+COLOURS = "|".join(COLOUR_NAMES)
 GOAL = re.compile(rf"^Your goal: (?:go to|pick up) (?:the|a) (?:({COLOURS}) )?(ball|box|key)$")
 OBJECT_ACTION = re.compile(rf"^(?:go to|pickup) ({COLOURS}) (ball|box|key) \d+$")
 
