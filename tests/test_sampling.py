@@ -67,6 +67,38 @@ def test_a_request_samples_the_same_alone_or_beside_others(device):
     assert alone[0].logprobs == batched[1].logprobs
 
 
+def test_mixed_requests_sample_in_one_batch_as_each_does_alone():
+    """Free, greedy and constrained rows (2, 3 and 1 candidates: a forced token draws no
+    noise) are chosen in blocks; each row's tokens and log-probs equal its own run."""
+
+    def requests() -> list[Request]:
+        two = ActionConstraint(["a", "b"], [(3, 4, STOP), (5, STOP)])
+        three = ActionConstraint(["a", "b", "c"], [(3, STOP), (6, 7, STOP), (8, STOP)])
+        forced = ActionConstraint(["a"], [(9, 10, STOP)])
+        return [
+            _request(1, max_new_tokens=4),
+            _request(2, two, max_new_tokens=4),
+            _request(3, greedy=True, max_new_tokens=4),
+            _request(4, three, max_new_tokens=4),
+            _request(5, forced, max_new_tokens=4),
+            _request(6, max_new_tokens=4, temperature=1.5),
+        ]
+
+    sampler = _sampler()
+    logits = torch.randn(4, 6, VOCAB, generator=torch.Generator().manual_seed(11))
+    batch = requests()
+    generators = [sampler.generator(r.params) for r in batch]
+    for step in range(4):
+        sampler.sample(batch, logits[step], generators)
+    for row, alone in enumerate(requests()):
+        generator = [sampler.generator(alone.params)]
+        for step in range(4):
+            sampler.sample([alone], logits[step, row : row + 1], generator)
+        assert (alone.tokens, alone.logprobs) == (batch[row].tokens, batch[row].logprobs), row
+    assert batch[4].tokens == [9, 10, STOP] and batch[4].logprobs[1:] == [0.0, 0.0]
+    assert len({tuple(r.tokens) for r in batch}) > 3  # the rows did not all draw alike
+
+
 def test_each_draw_is_the_gumbel_max_of_its_own_generator_over_its_allowed_ids():
     """Worked per row as the sampler promises: log-softmax of logits / temperature, masked
     to the allowed ids; the argmax of log-prob + Gumbel noise drawn from the request's

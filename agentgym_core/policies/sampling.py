@@ -69,8 +69,8 @@ class Sampler:
         """Sample one token per live row; returns the tokens and which rows sampled one.
 
         Runs where the logits are: on a GPU only the chosen ids and their log-probs cross
-        to the host, not a [rows, vocab] block per step. Each row's noise is drawn and
-        applied on its own, as before, so a seed's draws do not depend on the batch.
+        to the host, not a [rows, vocab] block per step. Each row's noise is drawn from
+        its own generator, so a seed's draws do not depend on the batch.
         """
         device = logits.device
         temps = torch.tensor([max(r.params.temperature, 1e-6) for r in batch], device=device)
@@ -88,12 +88,8 @@ class Sampler:
         real = torch.zeros(len(batch), dtype=torch.long, device=device)
         if not live:
             return next_ids, real
-        picks = torch.stack(
-            [
-                _pick(logprobs[row], allowed_by_row.get(row), batch[row].params, generators[row])
-                for row in live
-            ]
-        )
+        params = [batch[row].params for row in live]
+        picks = _choose(logprobs, live, params, allowed_by_row, generators)
         live_rows = torch.tensor(live, device=device)
         next_ids[live_rows], real[live_rows] = picks, 1
         chosen = logprobs[live_rows, picks]
@@ -140,23 +136,72 @@ class Sampler:
             request.done = True
 
 
-def _pick(
+def _choose(
     logprobs: torch.Tensor,
-    allowed: tuple[int, ...] | None,
-    params: SamplingParams,
-    generator: torch.Generator,
+    live: list[int],
+    params: list[SamplingParams],
+    allowed_by_row: dict[int, tuple[int, ...]],
+    generators: list[torch.Generator],
 ) -> torch.Tensor:
-    """Greedy or Gumbel-max choice, drawing noise only over the allowed ids when constrained.
+    """The id each live row takes: Gumbel-max over its candidates, or greedy.
 
-    A 0-d id tensor on the logits' device: reading it would wait for the device per row.
+    A row's candidates are the whole vocabulary, or its allowed ids in their order
+    when constrained (noise drawn only over those; none for a forced id). Rows are
+    scored and chosen in two blocks, the unconstrained and the constrained, so a step
+    costs a few tensor ops plus one noise fill per row, not a handful of ops per row.
     """
     device = logprobs.device
-    if allowed is not None and len(allowed) == 1:
-        return torch.tensor(allowed[0], device=device)
-    candidates = torch.tensor(allowed, device=device) if allowed is not None else None
-    scores = logprobs if candidates is None else logprobs[candidates]
-    if not params.greedy:
-        uniform = torch.rand(scores.shape, generator=generator, device=device).clamp_(1e-20, 1.0)
-        scores = scores - torch.log(-torch.log(uniform))
-    best = torch.argmax(scores)
-    return best if candidates is None else candidates[best]
+    picks = torch.empty(len(live), dtype=torch.long, device=device)
+    free = [k for k, row in enumerate(live) if row not in allowed_by_row]
+    if free:
+        rows = [live[k] for k in free]
+        scores = logprobs[rows]
+        counts = [scores.shape[1]] * len(rows)
+        picks[free] = _gumbel_argmax(
+            scores, counts, [params[k] for k in free], [generators[row] for row in rows]
+        )
+    limited = [k for k, row in enumerate(live) if row in allowed_by_row]
+    if limited:
+        rows = [live[k] for k in limited]
+        allowed = [allowed_by_row[row] for row in rows]
+        counts = [len(ids) for ids in allowed]
+        width = max(counts)
+        index = torch.tensor([[*ids, *ids[:1] * (width - len(ids))] for ids in allowed])
+        index = index.to(device)
+        scores = logprobs[rows].gather(1, index)
+        padding = torch.arange(width, device=device) >= torch.tensor(counts, device=device)[:, None]
+        scores.masked_fill_(padding, float("-inf"))
+        sampled = [
+            params[k] if count > 1 else SamplingParams(greedy=True)  # forced: draw no noise
+            for k, count in zip(limited, counts, strict=True)
+        ]
+        best = _gumbel_argmax(scores, counts, sampled, [generators[row] for row in rows])
+        picks[limited] = index.gather(1, best[:, None]).squeeze(1)
+    return picks
+
+
+def _gumbel_argmax(
+    scores: torch.Tensor,
+    counts: list[int],
+    params: list[SamplingParams],
+    generators: list[torch.Generator],
+) -> torch.Tensor:
+    """Each row's argmax of its scores plus Gumbel noise (none for a greedy row).
+
+    Row k draws `counts[k]` uniforms from its generator, the draws a 1-D
+    `torch.rand(counts[k])` would make. The block is as wide as a multiple of 64 so
+    every row starts on a whole vector of the elementwise kernels, and its logs round
+    as a row of its own would.
+    """
+    rows, width = scores.shape
+    padded = -(-width // 64) * 64
+    uniform = torch.full((rows, padded), 0.5, device=scores.device)
+    draws = zip(counts, params, generators, strict=True)
+    for row, (count, sampling, generator) in enumerate(draws):
+        if not sampling.greedy:
+            uniform[row, :count].uniform_(generator=generator)
+    gumbel = torch.log(-torch.log(uniform.clamp_(1e-20, 1.0)))[:, :width]
+    greedy = [row for row, sampling in enumerate(params) if sampling.greedy]
+    if greedy:
+        gumbel[greedy] = 0.0
+    return torch.argmax(scores - gumbel, dim=1)
