@@ -56,7 +56,10 @@ class BabyAIConfig(BaseModel):
         "(AgentGym-style, lists the action syntax).",
     )
     list_actions: bool = Field(
-        True, description="End each observation with `Available actions: [...]`, as AgentGym does."
+        True,
+        description="End each step's observation with `Available actions: [...]`, as AgentGym "
+        "does (with `levels: agentgym` the first observation lists them either way, as "
+        "AgentGym's reset does).",
     )
     expert_search: int = Field(
         0,
@@ -79,11 +82,22 @@ class BabyAIConfig(BaseModel):
         return levels
 
     @model_validator(mode="after")
-    def _agentgym_levels(self) -> BabyAIConfig:
+    def _options_fit_levels(self) -> BabyAIConfig:
+        """Options that only one kind of level reads are errors on the other, not ignored."""
         if self.agentgym_levels is not None:
             if self.levels != AGENTGYM:
                 raise ValueError("agentgym_levels needs levels: agentgym")
             self.level_numbers()  # names and numbers must be AgentGym's
+        if self.is_agentgym and self.repeat_goal and "repeat_goal" in self.model_fields_set:
+            raise ValueError(
+                "repeat_goal: true applies to minigrid's own levels; levels: agentgym shows "
+                "the goal once, in the first observation, as AgentGym's server does"
+            )
+        if self.expert_search and not self.is_agentgym:
+            raise ValueError(
+                "expert_search needs levels: agentgym (the searching expert plays AgentGym's "
+                "macro actions)"
+            )
         return self
 
     @property
