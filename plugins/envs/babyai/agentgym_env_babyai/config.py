@@ -48,7 +48,8 @@ class BabyAIConfig(BaseModel):
     repeat_goal: bool = Field(
         True,
         description="Start every observation with the goal, not only the first "
-        "(AgentGym's server shows it once; repeating it keeps it close for small models).",
+        "(AgentGym's server shows it once; repeating it keeps it close for small models). "
+        "Minigrid's own levels only: `levels: agentgym` shows it once, as that server does.",
     )
     instruction: str | None = Field(
         None,
@@ -83,16 +84,15 @@ class BabyAIConfig(BaseModel):
 
     @model_validator(mode="after")
     def _options_fit_levels(self) -> BabyAIConfig:
-        """Options that only one kind of level reads are errors on the other, not ignored."""
+        """`expert_search` without AgentGym's levels is an error, not ignored.
+
+        (`repeat_goal` is not checked: its default, true, is in every resolved config
+        written so far, AgentGym ones included, and those must load again.)
+        """
         if self.agentgym_levels is not None:
             if self.levels != AGENTGYM:
                 raise ValueError("agentgym_levels needs levels: agentgym")
             self.level_numbers()  # names and numbers must be AgentGym's
-        if self.is_agentgym and self.repeat_goal and "repeat_goal" in self.model_fields_set:
-            raise ValueError(
-                "repeat_goal: true applies to minigrid's own levels; levels: agentgym shows "
-                "the goal once, in the first observation, as AgentGym's server does"
-            )
         if self.expert_search and not self.is_agentgym:
             raise ValueError(
                 "expert_search needs levels: agentgym (the searching expert plays AgentGym's "
