@@ -25,6 +25,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agentgym_core.run.checkpoint import latest_checkpoint  # noqa: E402
+
 AGENTGYM = Path(sys.executable).with_name("agentgym")
 TIMINGS = ("seconds", "tokens_per_s")
 """Metric keys holding these words are wall-clock measures, which no rerun repeats."""
@@ -35,17 +40,17 @@ def train_and_evaluate(config: str, overrides: list[str], evals: list[str], fold
     out, store = folder / "run", folder / "mlflow.db"
     where = [f"run.output_dir={out}", f"tracking.uri=sqlite:///{store}"]
     _call([str(AGENTGYM), "train", config, *overrides, *where], folder / "train.log")
-    checkpoints = sorted((out / "checkpoints").glob("step-*"))
-    if not checkpoints:
+    checkpoint = latest_checkpoint(out)
+    if checkpoint is None:
         raise SystemExit(f"no checkpoint under {out}/checkpoints: see {folder / 'train.log'}")
     scores = folder / "eval.json"
     command = [str(AGENTGYM), "eval", config, *overrides, *evals]
-    command += [f"model.path={checkpoints[-1]}", "--json", str(scores)]
+    command += [f"model.path={checkpoint}", "--json", str(scores)]
     _call(command, folder / "eval.log")
     return {
         "out": out,
         "store": store,
-        "checkpoint": checkpoints[-1],
+        "checkpoint": checkpoint,
         "eval": json.loads(scores.read_text()),
     }
 

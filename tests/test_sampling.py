@@ -99,6 +99,48 @@ def test_mixed_requests_sample_in_one_batch_as_each_does_alone():
     assert len({tuple(r.tokens) for r in batch}) > 3  # the rows did not all draw alike
 
 
+def _row_by_row(logprobs, allowed, params, generator):
+    """The choice as the sampler once made it, one row at a time (the reference)."""
+    if allowed is not None and len(allowed) == 1:
+        return allowed[0]
+    candidates = list(allowed) if allowed is not None else list(range(logprobs.shape[0]))
+    scores = logprobs[candidates]
+    if not params.greedy:
+        uniform = torch.rand(scores.shape, generator=generator).clamp_(1e-20, 1.0)
+        scores = scores - torch.log(-torch.log(uniform))
+    return candidates[int(torch.argmax(scores))]
+
+
+def test_block_choice_equals_row_by_row_choice_on_random_batches():
+    """Ids and generators' states after: the same as choosing each row on its own, for free,
+    greedy, constrained and forced rows, vocabularies not a multiple of the block width."""
+    import random
+
+    from agentgym_core.policies.sampling import _choose
+
+    rng = random.Random(0)
+    for _ in range(100):
+        vocab, rows = rng.choice([50, 97, 768]), rng.randint(1, 24)
+        logprobs = torch.log_softmax(torch.randn(rows, vocab) * rng.choice([0.1, 1.0, 5.0]), -1)
+        params = [
+            SamplingParams(greedy=rng.random() < 0.2, seed=rng.getrandbits(32)) for _ in range(rows)
+        ]
+        allowed = {
+            row: tuple(rng.sample(range(vocab), rng.randint(1, 20)))
+            for row in range(rows)
+            if rng.random() < 0.3
+        }
+        live = sorted(rng.sample(range(rows), rng.randint(1, rows)))
+        one = [torch.Generator().manual_seed(p.seed) for p in params]
+        block = [torch.Generator().manual_seed(p.seed) for p in params]
+        expected = [_row_by_row(logprobs[r], allowed.get(r), params[r], one[r]) for r in live]
+        chosen = _choose(logprobs, live, [params[r] for r in live], allowed, block)
+        assert chosen.tolist() == expected
+        assert all(
+            torch.equal(a.get_state(), b.get_state()) for a, b in zip(one, block, strict=True)
+        )
+
+
 def test_each_draw_is_the_gumbel_max_of_its_own_generator_over_its_allowed_ids():
     """Worked per row as the sampler promises: log-softmax of logits / temperature, masked
     to the allowed ids; the argmax of log-prob + Gumbel noise drawn from the request's
