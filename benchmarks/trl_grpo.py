@@ -85,6 +85,7 @@ def run_ours(model: Path, out: Path, args: argparse.Namespace) -> dict:
         "policy": {
             "name": "hf",
             "batching": "continuous" if args.child == "ours-continuous" else "static",
+            **({"num_threads": 1} if args.child == "ours-gen1" else {}),
         },
         "algorithm": {"name": "grpo"},
         "scheduler": {"name": "fixed", "max_turns": args.turns},
@@ -375,6 +376,7 @@ NAMES = {
     "ours-inline": "agentgym (hf policy, batching: static, env_threads: 0)",
     "ours-stale": "agentgym (hf policy, batching: static, max_staleness: 1)",
     "ours-whole-prompts": "agentgym (hf policy, batching: static, share_prompts: false)",
+    "ours-gen1": "agentgym (hf policy, batching: static, num_threads: 1)",
     "trl": "TRL GRPOTrainer, fp32, no gradient checkpointing",
     "trl-defaults": "TRL GRPOTrainer, its defaults (bf16, gradient checkpointing)",
 }
@@ -385,6 +387,7 @@ RATIO_HEADS = {
     "ours-inline": "agentgym inline",
     "ours-stale": "agentgym ahead",
     "ours-whole-prompts": "agentgym whole prompts",
+    "ours-gen1": "agentgym one generation thread",
 }
 
 

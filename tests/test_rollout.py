@@ -308,6 +308,38 @@ def test_hf_counters_split_generation_time_into_parts(tiny_model):
     assert sorted(policy_counters(engine.policy)) == sorted(f"policy/{k}" for k in counters)
 
 
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_generation_runs_with_its_own_thread_count_and_leaves_the_callers(tiny_model, batching):
+    """`policy.num_threads`: the generation thread's torch count; the caller's and new threads'
+    stay as they were (the learner keeps every core)."""
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    model = tiny_model[0]
+    forward = model.forward
+    seen = []
+
+    def counted(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return forward(*args, **kwargs)
+
+    try:
+        engine = _engine(tiny_model, num_threads=1, batching=batching)
+        model.forward = counted
+        played = engine.run(_episodes(2, 2), RolloutSettings(max_turns=2, seed=1))
+        del model.forward
+        assert seen and set(seen) == {1}
+        assert all(t.turns for t in played)
+        assert torch.get_num_threads() == 2
+        fresh = []
+        thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert fresh == [2]
+    finally:
+        model.__dict__.pop("forward", None)
+        torch.set_num_threads(original)
+
+
 def test_env_timeout_counts_running_time_not_queueing(tiny_model):
     """Six 0.5 s steps through one env thread: each fits a 2 s timeout although they queue 3 s."""
     model, tokenizer = tiny_model

@@ -45,7 +45,7 @@ class HFPolicy:
         self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.sampler = Sampler(self.chat, self.pad_id, config.seed)
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-gen")
+        self._executor = generation_thread(config.num_threads)
         self._queue: asyncio.Queue[Request] | None = None
         self._server: asyncio.Task | None = None
         self.cache = PrefixCache(config.max_sessions)
@@ -129,7 +129,19 @@ class HFPolicy:
                 batch_sizes=self.batch_sizes,
             )
             # a daemon thread: a policy nobody closed must not keep the interpreter alive
-            threading.Thread(target=self._decoder.run, name="hf-continuous", daemon=True).start()
+            started = threading.Event()
+            before = torch.get_num_threads()
+
+            def run(decoder: ContinuousDecoder = self._decoder) -> None:
+                if config.num_threads:
+                    _own_threads(config.num_threads)
+                started.set()
+                decoder.run()
+
+            threading.Thread(target=run, name="hf-continuous", daemon=True).start()
+            started.wait()
+            if config.num_threads:
+                torch.set_num_threads(before)  # see generation_thread
         return self._decoder
 
     def _ensure_server(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -246,6 +258,27 @@ class HFPolicy:
             self.cache.store(
                 request.session, row, request.prompt + request.tokens[:fed], cache, attention
             )
+
+
+def generation_thread(threads: int) -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread that runs generation, with `threads` torch threads of its own (0: as now).
+
+    `torch.set_num_threads` sets the calling thread's OpenMP count, but also the count
+    new threads start with (a thread's first torch call takes it) and MKL's: so it is
+    called on the generation thread, then on this one with the count of before, which
+    restores those two.
+    """
+    executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-gen")
+    if threads:
+        before = torch.get_num_threads()
+        executor.submit(_own_threads, threads).result()
+        torch.set_num_threads(before)
+    return executor
+
+
+def _own_threads(threads: int) -> None:
+    torch.get_num_threads()  # torch's first call on a thread sets its count from the shared one
+    torch.set_num_threads(threads)
 
 
 class _Clock:

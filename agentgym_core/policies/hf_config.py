@@ -30,3 +30,11 @@ class HFPolicyConfig(BaseModel):
         "each arrives within this many ms of the last (episodes whose env calls finish "
         "together join one batch); 0: only those already waiting.",
     )
+    num_threads: int = Field(
+        0,
+        ge=0,
+        description="CPU threads of generation's own torch ops (torch counts threads per "
+        "calling thread; the learner keeps its own count); 0: torch's count when the policy "
+        "starts. Fewer than the cores can be faster for a small model's one-token passes, "
+        "which parallelise poorly and stall when env work or other processes hold a core.",
+    )
