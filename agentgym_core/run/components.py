@@ -110,6 +110,36 @@ def load_configured_model(model_block: Any, path: str | Path | None = None) -> t
     return model, tokenizer
 
 
+ROTARY_KEYS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_dim", "rotary_pct")
+"""Config keys of models whose positions are computed (rotary), not a learned table."""
+
+
+def check_context_fits(model: Any, max_context_tokens: int, path: str | Path) -> None:
+    """Refuse a context longer than a model's learned position table, before any rollout.
+
+    Such a model (GPT-2, OPT) fails with an index error at the first longer episode,
+    hours into a run. Rotary models compute positions and run past
+    `max_position_embeddings` (with what quality is the user's call), so they pass.
+    """
+    config = model.config
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    if any(getattr(config, key, None) is not None for key in ROTARY_KEYS):
+        return
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if limit and max_context_tokens > limit:
+        kind = getattr(config, "model_type", "this model")
+        raise ConfigError(
+            [
+                Problem(
+                    "rollout.max_context_tokens",
+                    f"{max_context_tokens} tokens do not fit the model at {path}: a {kind} "
+                    f"has {limit} learned positions; set it to at most {limit}",
+                )
+            ]
+        )
+
+
 def load_critic(
     spec: CriticSpec | None, policy: Any, model_block: Any, start_model: str | Path
 ) -> Critic | None:

@@ -11,7 +11,12 @@ from agentgym_core.evaluation.metrics import measured
 from agentgym_core.numerics import subnormals_flushed
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.text import is_text_level
-from agentgym_core.run.components import Components, build_components, load_configured_model
+from agentgym_core.run.components import (
+    Components,
+    build_components,
+    check_context_fits,
+    load_configured_model,
+)
 from agentgym_core.run.evaluate import (
     EvalSettings,
     evaluate_model,
@@ -74,6 +79,7 @@ def _evaluate(
         )
     else:
         model, tokenizer = load_configured_model(root.model, model_path)
+        check_context_fits(model, root.rollout.max_context_tokens, model_path)
         metrics, trajectories = evaluate_model(
             model, tokenizer, components, settings, rollout, env_threads=threads
         )

@@ -29,7 +29,11 @@ from agentgym_core import distributed
 from agentgym_core.config.errors import Problem, dotted
 from agentgym_core.config.resolve import ResolvedConfig, validate_dict
 from agentgym_core.plugins import PluginHost
-from agentgym_core.run.components import build_components, load_configured_model
+from agentgym_core.run.components import (
+    build_components,
+    check_context_fits,
+    load_configured_model,
+)
 from agentgym_core.run.evaluate import EvalSettings, evaluate_model
 from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics
 from agentgym_core.run.offline import OfflineStage, is_offline, save_rollouts, source_problems
@@ -164,6 +168,7 @@ class EvolveStage:
         )
         rollout = rollout_settings(self.root, max_turns=options.max_turns, seed=settings.seed)
         model, tokenizer = load_configured_model(self.root.model, model_path)
+        check_context_fits(model, self.root.rollout.max_context_tokens, model_path)
         metrics, trajectories = evaluate_model(
             model,
             tokenizer,

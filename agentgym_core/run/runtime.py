@@ -29,7 +29,7 @@ from agentgym_core.run.checkpoint import (
     restore_learner,
     save_learner_checkpoint,
 )
-from agentgym_core.run.components import load_configured_model, load_critic
+from agentgym_core.run.components import check_context_fits, load_configured_model, load_critic
 
 if TYPE_CHECKING:
     from agentgym_core.tracking.console import ProgressBar
@@ -145,6 +145,7 @@ def open_learner(root: Any, algorithm: Any, start_model: Path, output_dir: Path)
     random.seed(root.run.seed)
     resume = latest_checkpoint(output_dir) if root.trainer.resume else None
     model, tokenizer = load_training_model(root.model, start_model, resume)
+    check_context_fits(model, root.rollout.max_context_tokens, start_model)
     reference = None
     if algorithm.needs.reference and lora.is_adapter(model):
         reference = lora.AdapterOff(model)
