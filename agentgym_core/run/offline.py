@@ -49,11 +49,7 @@ from agentgym_core.learner.sequence import Example, sequence_update
 from agentgym_core.numerics import subnormals_flushed
 from agentgym_core.plugins import PluginHost
 from agentgym_core.rollout.chat import ChatFormat
-from agentgym_core.run.components import (
-    build_components,
-    check_context_fits,
-    load_configured_model,
-)
+from agentgym_core.run.components import build_components, load_configured_model
 from agentgym_core.run.eval_stage import eval_settings
 from agentgym_core.run.evaluate import EvalSettings, evaluate_model
 from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics, raise_problems
@@ -539,7 +535,6 @@ class OfflineStage:
         root = self.root
         if model is None:
             model, tokenizer = load_configured_model(root.model, self.context.start_model)
-            check_context_fits(model, root.rollout.max_context_tokens, self.context.start_model)
         settings = EvalSettings(
             split=split,
             num_tasks=num_tasks,
