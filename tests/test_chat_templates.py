@@ -493,3 +493,37 @@ def test_an_opening_prompt_is_rendered_once_per_task(babyai, monkeypatch):
         )
     )
     assert other != again
+
+
+def test_a_run_that_crosses_midnight_keeps_the_date_it_started_with(babyai, monkeypatch):
+    """Llama 3.2 writes today's date into every prompt; a new day must not rewrite history."""
+    import datetime as real_datetime
+
+    import transformers.utils.chat_template_utils as template_utils
+
+    class Clock:
+        now_is = real_datetime.datetime(2026, 11, 28, 23, 59, 59)
+
+        @classmethod
+        def now(cls):
+            return cls.now_is
+
+    monkeypatch.setattr(template_utils, "datetime", Clock)  # the template's strftime_now
+    monkeypatch.setattr(chat_module, "datetime", Clock)  # the clock ChatFormat freezes
+    _, texts = babyai
+    tokenizer = train_tokenizer(texts, vocab_size=512, chat_template="llama3_2")
+    assert "Today Date: 28 Nov 2026" in tokenizer.apply_chat_template(
+        [{"role": "user", "content": "u"}], tokenize=False
+    ), "the template reads the clock the test moves"
+    chat = ChatFormat(tokenizer)
+    before = tokenizer.decode(chat.prompt_ids("Play.", OBSERVATIONS[0]))
+    Clock.now_is = real_datetime.datetime(2026, 11, 29, 0, 0, 1)
+    after = tokenizer.decode(chat.prompt_ids("Play.", OBSERVATIONS[1]))
+    chat.observation_ids(OBSERVATIONS[2])  # raised "re-renders earlier turns" before
+    assert "Today Date: 28 Nov 2026" in before and "Today Date: 28 Nov 2026" in after
+    assert "Today Date: 28 Nov 2026" in tokenizer.decode(
+        ChatFormat(tokenizer).template_ids([{"role": "user", "content": "u"}])
+    ), "a second ChatFormat of the same tokenizer (the policy's, the engine's) shares the date"
+    set_chat_template_kwargs(tokenizer, {"date_string": "01 Jan 2025"})
+    pinned = tokenizer.decode(ChatFormat(tokenizer).prompt_ids("Play.", OBSERVATIONS[0]))
+    assert "Today Date: 01 Jan 2025" in pinned, "model.chat_template_kwargs still fixes it"

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 ACTION_CACHE_SIZE = 50_000
@@ -40,6 +41,7 @@ _ASSISTANT_PROBE = "\x00ASSISTANT\x00"
 _REASONING_PROBE = "\x00REASONING\x00"
 _OBS_PROBE = "\x00OBSERVATION\x00"
 _KWARGS_ATTRIBUTE = "_agentgym_chat_template_kwargs"
+_CLOCK_ATTRIBUTE = "_agentgym_chat_template_clock"
 _NOTICED: set[str] = set()
 
 REMEDY = (
@@ -61,6 +63,22 @@ def set_chat_template_kwargs(tokenizer: Any, kwargs: Mapping[str, Any] | None) -
     and the engine's `ChatFormat` render alike.
     """
     setattr(tokenizer, _KWARGS_ATTRIBUTE, dict(kwargs or {}))
+
+
+def frozen_clock(tokenizer: Any) -> Callable[[str], str]:
+    """The template's `strftime_now`, fixed at the first render of `tokenizer`.
+
+    Templates such as Llama 3.2's write today's date into every prompt. A clock that
+    moved would re-render the opening turns after midnight, so a run that crosses it
+    would fail mid-episode (the history no longer prefixes the next turn) and its
+    cached prompts would disagree with new ones. Every `ChatFormat` of one tokenizer
+    shares the clock; `date_string` in `model.chat_template_kwargs` fixes the date.
+    """
+    clock = getattr(tokenizer, _CLOCK_ATTRIBUTE, None)
+    if clock is None:
+        clock = datetime.now().strftime
+        setattr(tokenizer, _CLOCK_ATTRIBUTE, clock)
+    return clock
 
 
 def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
@@ -99,6 +117,7 @@ class ChatFormat:
         self._prompts: dict[tuple[str, str], tuple[int, ...]] = {}
         self.template_kwargs: dict[str, Any] = dict(getattr(tokenizer, _KWARGS_ATTRIBUTE, {}))
         """Variables passed to the template (`set_chat_template_kwargs`)."""
+        self._clock = frozen_clock(tokenizer)
         self.template: str | None = None
         """The template rendered with: None, the tokenizer's own; else its prefix-stable variant."""
         problem = self._history_problem()
@@ -127,7 +146,7 @@ class ChatFormat:
             tokenize=tokenize,
             add_generation_prompt=add_generation_prompt,
             **({"return_dict": False} if tokenize else {}),
-            **self.template_kwargs,
+            **{"strftime_now": self._clock, **self.template_kwargs},
         )
 
     def _history_problem(self) -> str | None:
