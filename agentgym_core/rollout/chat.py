@@ -66,7 +66,7 @@ def set_chat_template_kwargs(tokenizer: Any, kwargs: Mapping[str, Any] | None) -
 
 
 def frozen_clock(tokenizer: Any) -> Callable[[str], str]:
-    """The template's `strftime_now`, fixed at the first render of `tokenizer`.
+    """The template's `strftime_now`, fixed when the first `ChatFormat` of `tokenizer` is made.
 
     Templates such as Llama 3.2's write today's date into every prompt. A clock that
     moved would re-render the opening turns after midnight, so a run that crosses it
