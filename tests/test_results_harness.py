@@ -583,3 +583,35 @@ def test_smoke_mode_runs_every_arm_and_writes_the_report(tmp_path):
     assert "| ScalingInter 4-8-12 |" in readme and (tmp_path / "out" / "babyai.png").exists()
     rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0 and "(0 s)" in rerun.stdout  # kept results are skipped
+
+
+def test_an_evaluation_sets_env_options_for_itself_alone(tmp_path):
+    """`evals.<name>.env` reaches that evaluation's stage only, validated by the env plugin."""
+    from agentgym_core.config.errors import ConfigError
+    from agentgym_core.config.load import load_config
+    from agentgym_core.config.stages import expand_stages
+    from agentgym_core.plugins import PluginHost
+
+    listed = "  listed: {split: test, max_turns: 4, env: {list_actions: true}}\narms:"
+    babyai = "{name: babyai, list_actions: false}"
+    text = SCENARIO.replace("arms:", listed, 1).replace("{name: toy}", babyai)
+    text = text.replace("config: {env", "config: {algorithm: {name: grpo}, env")
+    (tmp_path / "toy.yaml").write_text(text)
+    toy, host = load_scenario("toy", tmp_path), PluginHost()
+
+    def stage_options(scenario):
+        config = pipeline_config(
+            scenario, scenario.arms["short"], 0, tmp_path / "m", tmp_path / "run", smoke=True
+        )
+        path = tmp_path / "run.yaml"
+        path.write_text(json.dumps(config))
+        stages = expand_stages(load_config(path, [], host.registry))
+        return {s.name: s.config.components["env"][1].list_actions for s in stages}
+
+    assert stage_options(toy) == {"train": False, "eval-test": False, "eval-listed": True}
+    toy.evals["listed"] = {"split": "test", "env": {"list_actionz": True}}
+    with pytest.raises(ConfigError, match=r"stages\.2\.env\.list_actionz"):
+        stage_options(toy)
+    (tmp_path / "bad.yaml").write_text(text.replace("{list_actions: true}", "{name: textcraft}"))
+    with pytest.raises(SystemExit, match=r"evals\.listed\.env: a mapping of env options"):
+        load_scenario("bad", tmp_path)

@@ -174,10 +174,14 @@ def pipeline_config(
     config["model"] = {**config.get("model", {}), "path": str(model)}
     stages = [{"name": "train", "type": arm.stage}] if arm.train else []
     for name in scenario.evals if evals is None else evals:
-        spec = scenario.evals[name]
+        spec = dict(scenario.evals[name])
+        env = spec.pop("env", None)  # env options of this evaluation alone, over the arm's
         if smoke:  # a few tasks, one sample: the smoke run checks the path, not the numbers
             spec = {**spec, "num_tasks": 4, "k": 1}
-        stages.append({"name": f"eval-{name}", "type": "eval", "eval": whole_eval(spec)})
+        stage = {"name": f"eval-{name}", "type": "eval", "eval": whole_eval(spec)}
+        if env:
+            stage["env"] = dict(env)
+        stages.append(stage)
     config["stages"] = stages
     config["eval"] = dict(stages[-1]["eval"])  # the root must validate too (each block is whole)
     return config

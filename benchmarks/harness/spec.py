@@ -2,8 +2,9 @@
 
 A scenario names the agentgym config every arm shares (`config`), the arms
 (each a few overrides of it, e.g. its horizon schedule), the evaluations run
-before and after training, the tiny model to build, the seeds, and the
-paper's numbers to print beside ours. Every arm of a seed starts from the
+before and after training (each an `eval` block, plus `env:` options of its own
+if it needs them), the tiny model to build, the seeds, and the paper's numbers
+to print beside ours. Every arm of a seed starts from the
 same model, unless it sizes its own (`model:`, over the scenario's); `start: <arm>`
 arms start from that seed's checkpoint of the arm named (`start: sft`: the `sft` arm's).
 """
@@ -158,13 +159,25 @@ def check_models(model: dict[str, Any], arms: dict[str, Arm], path: Path) -> Non
 
 
 def check_evals(evals: dict[str, Any], path: Path) -> None:
-    """Each evaluation is a valid `eval` block (split, k, max_turns, constrained, ...)."""
+    """Each evaluation is a valid `eval` block (split, k, max_turns, constrained, ...).
+
+    Its `env` (a mapping) sets env options for that evaluation alone, merged over the
+    arm's `env` block (say `list_actions: true`); the env plugin validates them when
+    the run's config is loaded, with their stage's key path.
+    """
     from pydantic import ValidationError
 
     from agentgym_core.config.errors import pydantic_problems
     from agentgym_core.config.schema import EvalConfig
 
     for name, spec in evals.items():
+        spec = dict(spec)
+        env = spec.pop("env", {})
+        if not isinstance(env, dict) or "name" in env:
+            raise SystemExit(
+                f"{path}: evals.{name}.env: a mapping of env options (the env's `name` "
+                "is the arm's)"
+            )
         try:
             EvalConfig.model_validate(spec)
         except ValidationError as error:
