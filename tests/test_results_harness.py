@@ -530,6 +530,7 @@ def test_a_kept_run_gets_added_evaluations_from_its_checkpoint_or_by_training_ag
 
     shipped, host = load_scenario("babyai"), PluginHost()
     both = {name: shipped.evals[name] for name in ("test", "heldout")}
+    both["heldout"] = {**both["heldout"], "env": {"list_actions": False}}  # its own env options
     babyai = replace(shipped, evals=both)
     paths, arm = Paths(tmp_path / "data", tmp_path / "work"), babyai.arms["fixed-short"]
     first = run_arm(replace(babyai, evals={"test": both["test"]}), arm, 0, paths, host, smoke=True)
@@ -537,6 +538,7 @@ def test_a_kept_run_gets_added_evaluations_from_its_checkpoint_or_by_training_ag
     added = run_arm(babyai, arm, 0, paths, host, smoke=True)
     assert added["curve"] == first["curve"] and added["evals"]["test"] == first["evals"]["test"]
     assert added["added_evals"]["heldout"]["model"] == "final checkpoint"
+    assert added["added_evals"]["heldout"]["env"] == {"list_actions": False}
     assert missing_runs(replace(babyai, seeds=[0]), [first]) == [
         f"{name} seed 0" + (" (no heldout)" if name == "fixed-short" else "")
         for name in babyai.arms

@@ -417,6 +417,7 @@ def add_evals(
             "wall_seconds": seconds,
             "model": "final checkpoint",
             "eval": stage["eval"],
+            **({"env": stage["env"]} if "env" in stage else {}),
         }
     paths.result(scenario.name, arm.name, seed).write_text(json.dumps(kept, indent=1))
     return kept
