@@ -13,24 +13,28 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from agentgym_core.run.offline import read_rollout_file
+from agentgym_core.types import Trajectory
 
 REFUSAL = "not recognized"
 """What AgentGym's BabyAI server answers an action that is not available."""
 
 
-def count(episodes: list[dict[str, Any]], refusal: str = REFUSAL) -> dict[str, Any]:
+def count(episodes: Sequence[Trajectory], refusal: str = REFUSAL) -> dict[str, Any]:
     """Turns, refused turns, episodes with one, lost episodes with one, common refused actions."""
     refused = collections.Counter()
     turns = refused_turns = with_refusal = lost = lost_with_refusal = 0
     for episode in episodes:
-        bad = [t["action"] for t in episode["turns"] if refusal in (t.get("observation") or "")]
-        turns += len(episode["turns"])
+        bad = [turn.action for turn in episode.turns if refusal in turn.observation]
+        turns += len(episode.turns)
         refused_turns += len(bad)
         refused.update(bad)
         with_refusal += bool(bad)
-        if not episode["success"]:
+        if not episode.success:
             lost += 1
             lost_with_refusal += bool(bad)
     return {
@@ -48,8 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rollouts", type=Path, help="an eval-<split>.jsonl of saved episodes")
     args = parser.parse_args()
-    lines = args.rollouts.read_text().splitlines()
-    print(json.dumps(count([json.loads(line) for line in lines if line.strip()]), indent=1))
+    print(json.dumps(count(read_rollout_file(args.rollouts)), indent=1))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agentgym_core.run.offline import save_rollouts
+from agentgym_core.types import Trajectory, Turn
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "unrecognized_actions.py"
 REFUSED = "The action is not recognized. Please check valid actions."
 
@@ -21,10 +24,10 @@ def _module():
 
 def _episode(actions_refused, success):
     turns = [
-        {"action": action, "observation": REFUSED if refused else "You see: a wall."}
+        Turn(action, REFUSED if refused else "You see: a wall.", 0.0)
         for action, refused in actions_refused
     ]
-    return {"turns": turns, "success": success}
+    return Trajectory(task_id=0, group=0, turns=turns, success=success)
 
 
 EPISODES = [
@@ -45,8 +48,7 @@ def test_refused_turns_and_the_episodes_they_touch():
 
 
 def test_the_command_reads_saved_episodes(tmp_path):
-    path = tmp_path / "eval-test.jsonl"
-    path.write_text("\n".join(json.dumps(e) for e in EPISODES) + "\n")
+    path = save_rollouts(tmp_path / "eval-test.jsonl", EPISODES)  # as `agentgym eval --out`
     out = subprocess.run(
         [sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, check=True
     )

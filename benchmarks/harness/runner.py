@@ -29,7 +29,7 @@ import yaml
 
 from agentgym_core import hookimpl
 from agentgym_core.tracking.mlflow_tracker import ARTIFACTS_DIR, STORE_FILE
-from benchmarks.harness.spec import Arm, Scenario
+from benchmarks.harness.spec import Arm, Scenario, eval_parts
 
 CURVE_KEYS = {
     "success": "rollout/success_rate",
@@ -174,8 +174,7 @@ def pipeline_config(
     config["model"] = {**config.get("model", {}), "path": str(model)}
     stages = [{"name": "train", "type": arm.stage}] if arm.train else []
     for name in scenario.evals if evals is None else evals:
-        spec = dict(scenario.evals[name])
-        env = spec.pop("env", None)  # env options of this evaluation alone, over the arm's
+        spec, env = eval_parts(scenario.evals[name])  # env: its own options, over the arm's
         if smoke:  # a few tasks, one sample: the smoke run checks the path, not the numbers
             spec = {**spec, "num_tasks": 4, "k": 1}
         stage = {"name": f"eval-{name}", "type": "eval", "eval": whole_eval(spec)}

@@ -171,8 +171,7 @@ def check_evals(evals: dict[str, Any], path: Path) -> None:
     from agentgym_core.config.schema import EvalConfig
 
     for name, spec in evals.items():
-        spec = dict(spec)
-        env = spec.pop("env", {})
+        spec, env = eval_parts(spec)
         if not isinstance(env, dict) or "name" in env:
             raise SystemExit(
                 f"{path}: evals.{name}.env: a mapping of env options (the env's `name` "
@@ -183,6 +182,12 @@ def check_evals(evals: dict[str, Any], path: Path) -> None:
         except ValidationError as error:
             problems = pydantic_problems(error, EvalConfig, ("evals", name))
             raise SystemExit(f"{path}: " + "; ".join(map(str, problems))) from None
+
+
+def eval_parts(spec: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """An evaluation of a scenario split in two: its `eval` block, and its own env options."""
+    block = dict(spec)
+    return block, block.pop("env", {})
 
 
 def scenario_names(directory: Path = CONFIGS) -> list[str]:
