@@ -79,14 +79,17 @@ class Trajectory:
 
     `token_ids` is the prompt, then alternating sampled actions and observation
     deltas. `loss_mask[i]` is 1 exactly where `token_ids[i]` was sampled by the
-    policy; `logprobs[i]` is the sampling log-probability there (0 elsewhere).
+    policy, 0 elsewhere; `logprobs[i]` is the sampling log-probability there (0
+    elsewhere). An offline example may instead weigh the other tokens by a value
+    in (0, 1) (`sft.observation_loss`): the learner multiplies each token's
+    log-probability by its `loss_mask` value.
     `constraints` maps a token position to the token ids the sampler allowed.
     """
 
     task_id: TaskId
     group: int
     token_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
+    loss_mask: list[float] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     constraints: dict[int, tuple[int, ...]] = field(default_factory=dict)
     turns: list[Turn] = field(default_factory=list)

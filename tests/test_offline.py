@@ -73,6 +73,15 @@ def test_sequence_logprobs_by_hand():
     assert sums.tolist() == pytest.approx(want, abs=1e-5)
 
 
+def test_sequence_logprobs_weigh_each_token_by_its_mask_value():
+    # sft.observation_loss: agent tokens weigh 1, the others 0.25 -> (2 + 3 x 0.25) log(1/10)
+    sums, counts = sequence_logprobs(
+        UniformLM(10), [_seq([1, 2, 3, 4, 5, 6], [0.25, 0.25, 1, 1, 0.25, 0.25])]
+    )
+    assert counts.tolist() == [2.75]
+    assert sums.tolist() == pytest.approx([2.75 * math.log(0.1)], abs=1e-5)
+
+
 def test_sequence_logprobs_match_one_plain_forward_per_sequence(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     gen = torch.Generator().manual_seed(0)

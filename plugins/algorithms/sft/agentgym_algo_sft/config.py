@@ -79,6 +79,16 @@ class SFTConfig(BaseModel):
         "each with the env's interchangeable words (BabyAI: its six colours) "
         "permuted by a seeded draw; 0: none. The env must name them.",
     )
+    observation_loss: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Weight of the next-token loss on every other token of an example (the "
+        "env's observations, the instruction, the template's tokens) against 1 on the "
+        "agent's: an auxiliary language-modelling loss for a model built from scratch, whose "
+        "observations teach it to copy names it has read; 0: agent turns only. The logged "
+        "loss and token_nll are then the weighted mean over both.",
+    )
     batch_size: int = Field(16, gt=0, description="Trajectories per optimizer step.")
 
     @model_validator(mode="after")

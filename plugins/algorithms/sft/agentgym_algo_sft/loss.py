@@ -11,12 +11,15 @@ expert's takeovers of the starting model's own episodes (DAgger-style), and
 with `relabel_copies` copies of those conversations with the env's
 interchangeable words permuted (`agentgym_core.data.relabel`). Only
 assistant turns marked `loss: true`, or every assistant turn when the field
-is absent, carry loss; instructions and observations are context. Sequences
-are tokenized exactly as rollouts are, so the trained turns are the tokens
-the policy will later sample.
+is absent, carry loss; instructions and observations are context, or carry
+loss at a lower weight with `observation_loss`. Sequences are tokenized
+exactly as rollouts are, so the trained turns are the tokens the policy will
+later sample.
 
 The loss is the token mean of the negative log-likelihood over the
-optimizer step's batch: -sum(log p(agent tokens)) / number of agent tokens.
+optimizer step's batch: -sum(log p(agent tokens)) / number of agent tokens;
+with `observation_loss` w > 0 every other token counts w in both sums (the
+learner multiplies each token's log-probability by its `loss_mask` value).
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class SFT:
         ]
         if self.config.trajectories:
             examples += [(t,) for t in data.rollout_files(self.config.trajectories, "trajectories")]
+        if self.config.observation_loss > 0:
+            for (sequence,) in examples:
+                weigh_other_tokens(sequence, self.config.observation_loss)
         return examples
 
     def source_stages(self) -> dict[str, str]:
@@ -86,6 +92,11 @@ class SFT:
             nll = -inputs.logprobs.detach()
             per_token = float(nll.sum() / inputs.tokens.sum().clamp(min=1.0))
         return loss, {"sequence_nll": float(nll.mean()), "token_nll": per_token}
+
+
+def weigh_other_tokens(sequence: Trajectory, weight: float) -> None:
+    """Give every token that is not the agent's a loss weight (its `loss_mask` value)."""
+    sequence.loss_mask = [1 if agent else weight for agent in sequence.loss_mask]
 
 
 def _task(task_id: int | None) -> int:

@@ -3,9 +3,11 @@
 import pytest
 import torch
 from agentgym_algo_sft import SFT, SFTConfig
+from agentgym_algo_sft.loss import weigh_other_tokens
 from pydantic import ValidationError
 
 from agentgym_core.interfaces import OfflineAlgorithm, SequenceInputs
+from agentgym_core.types import Trajectory
 
 
 def _inputs(total_tokens: float) -> SequenceInputs:
@@ -47,3 +49,13 @@ def test_config_needs_data_and_forbids_unknown_keys():
         SFTConfig()
     with pytest.raises(ValidationError, match="episodez"):
         SFTConfig(expert={"episodez": 3})
+
+
+def test_observation_loss_weighs_every_token_but_the_agents():
+    sequence = Trajectory(task_id=0, group=0, token_ids=[5, 6, 7, 8, 9], loss_mask=[0, 0, 1, 1, 0])
+    weigh_other_tokens(sequence, 0.1)
+    assert sequence.loss_mask == [0.1, 0.1, 1, 1, 0.1]
+    assert SFTConfig(files=["x.json"]).observation_loss == 0.0  # agent turns only by default
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValidationError, match="observation_loss"):
+            SFTConfig(files=["x.json"], observation_loss=bad)
