@@ -21,6 +21,8 @@ from pathlib import Path
 
 from agentgym_env_babyai.world import COLOURS as COLOUR_NAMES
 
+from agentgym_core.run.offline import read_rollout_file
+
 COLOURS = "|".join(COLOUR_NAMES)
 GOAL = re.compile(rf"^Your goal: (?:go to|pick up) (?:the|a) (?:({COLOURS}) )?(ball|box|key)$")
 OBJECT_ACTION = re.compile(rf"^(?:go to|pickup) ({COLOURS}) (ball|box|key) \d+$")
@@ -52,10 +54,8 @@ def classify(goal: tuple[str | None, str], target: tuple[str, str] | None) -> st
 def episodes(path: Path) -> Iterator[tuple[str, list[str], bool]]:
     """(first observation, actions, won) of each episode in a rollouts JSONL or AgentTraj file."""
     if path.suffix == ".jsonl":
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                yield row["first_observation"], [t["action"] for t in row["turns"]], row["success"]
+        for episode in read_rollout_file(path):
+            yield episode.first_observation, [t.action for t in episode.turns], episode.success
         return
     for item in json.loads(path.read_text(encoding="utf-8")):
         turns = item["conversations"][2:]  # after the instruction and its "Ok."

@@ -9,6 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentgym_core.run.offline import save_rollouts  # noqa: E402
+from agentgym_core.types import Trajectory, Turn  # noqa: E402
 from benchmarks.babyai_goal_reading import classify, count, first_target, goal_object  # noqa: E402
 
 
@@ -28,23 +30,18 @@ def test_goals_and_first_targets_are_read_as_agentgym_writes_them():
 
 
 def test_counts_come_from_saved_episodes_and_agenttraj_files(tmp_path):
-    def row(goal: str, actions: list[str], won: bool) -> str:
-        turns = [{"action": a} for a in actions]
-        return json.dumps(
-            {"first_observation": f"Your goal: {goal}\nx", "turns": turns, "success": won}
-        )
+    def episode(goal: str, actions: list[str], won: bool) -> Trajectory:
+        turns = [Turn(action, "You see: a wall.", 0.0) for action in actions]
+        first = f"Your goal: {goal}\nx"
+        return Trajectory(task_id=0, group=0, turns=turns, success=won, first_observation=first)
 
-    rollouts = tmp_path / "eval-test.jsonl"
-    rollouts.write_text(
-        "\n".join(
-            [
-                row("go to a red box", ["go to red ball 1", "drop"], False),
-                row("go to a red box", ["go to red box 1"], True),
-                row("pick up the key", ["turn left"], False),
-                row("open a door", ["toggle"], True),  # not a one-object goal: not counted
-            ]
-        )
-    )
+    episodes = [
+        episode("go to a red box", ["go to red ball 1", "drop"], False),
+        episode("go to a red box", ["go to red box 1"], True),
+        episode("pick up the key", ["turn left"], False),
+        episode("open a door", ["toggle"], True),  # not a one-object goal: not counted
+    ]
+    rollouts = save_rollouts(tmp_path / "eval-test.jsonl", episodes)  # as `agentgym eval --out`
     assert count(rollouts) == {("lost", "other"): 1, ("won", "goal"): 1, ("lost", "none"): 1}
     expert = tmp_path / "expert.json"
     conversation = [

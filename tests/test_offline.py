@@ -535,6 +535,33 @@ def test_an_sft_stage_trains_on_relabelled_copies_of_its_expert_episodes(
         run_stage(load_config(path, [], host.registry), host, show_progress=False)
 
 
+def test_an_sft_stage_with_observation_loss_learns_the_observations_too(tmp_path, babyai_model):
+    """`observation_loss`: same episodes, same updates, the env's text predicted far better."""
+    from agentgym_core.data.agenttraj import read_items, tokenize
+    from agentgym_core.rollout.chat import ChatFormat
+
+    host = PluginHost()
+    expert = {"episodes": 40, "max_turns": 8}
+    nll = {}
+    for weight in (0.0, 0.5):
+        name = f"obs{weight}"
+        sft = {"name": "sft", "expert": expert, "batch_size": 8, "observation_loss": weight}
+        trainer = {"steps": 20, "lr": 3e-3, "checkpoint_every": 0}
+        path = _config(tmp_path, babyai_model, name, sft, trainer=trainer)
+        trained = run_stage(load_config(path, [], host.registry), host, show_progress=False)
+        model = AutoModelForCausalLM.from_pretrained(trained.checkpoint)
+        chat = ChatFormat(AutoTokenizer.from_pretrained(trained.checkpoint))
+        sequences = []
+        for item in read_items(tmp_path / name / "expert.json"):
+            ids, agent = tokenize(chat, item.conversations)
+            sequences.append(_seq(ids, [1 - m for m in agent]))  # the env's tokens, not the agent's
+        with torch.no_grad():
+            sums, counts = sequence_logprobs(model, sequences)
+        nll[weight] = float(-sums.sum() / counts.sum())
+    print("observation NLL per token by weight", nll)
+    assert nll[0.5] < 0.5 * nll[0.0], nll
+
+
 def test_an_sft_stage_adds_the_experts_takeovers_of_its_models_own_episodes(tmp_path, babyai_model):
     """`expert.roll_in`: the starting model plays, the bot finishes; its turns are context."""
     host = PluginHost()
