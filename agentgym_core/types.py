@@ -81,7 +81,7 @@ class Trajectory:
     deltas. `loss_mask[i]` is 1 exactly where `token_ids[i]` was sampled by the
     policy, 0 elsewhere; `logprobs[i]` is the sampling log-probability there (0
     elsewhere). An offline example may instead weigh the other tokens by a value
-    in (0, 1) (`sft.observation_loss`): the learner multiplies each token's
+    in (0, 1] (`sft.observation_loss`): the learner multiplies each token's
     log-probability by its `loss_mask` value.
     `constraints` maps a token position to the token ids the sampler allowed.
     """
