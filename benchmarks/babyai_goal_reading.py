@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from agentgym_env_babyai.world import COLOURS as COLOUR_NAMES
 
+from agentgym_core.data.agenttraj import read_items
 from agentgym_core.run.offline import read_rollout_file
 
 COLOURS = "|".join(COLOUR_NAMES)
@@ -57,10 +57,9 @@ def episodes(path: Path) -> Iterator[tuple[str, list[str], bool]]:
         for episode in read_rollout_file(path):
             yield episode.first_observation, [t.action for t in episode.turns], episode.success
         return
-    for item in json.loads(path.read_text(encoding="utf-8")):
-        turns = item["conversations"][2:]  # after the instruction and its "Ok."
-        actions = [t["value"] for t in turns if t["from"] == "gpt" and t.get("loss") is not False]
-        yield turns[0]["value"], actions, True
+    for item in read_items(path):
+        turns = item.conversations[2:]  # after the instruction and its "Ok."
+        yield turns[0].value, [t.value for t in turns if t.trains], True
 
 
 def count(path: Path) -> collections.Counter:
