@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+from chat_episodes import OBSERVATIONS, check_deltas, check_trajectory, play, rendered_ids
 from jinja2.exceptions import TemplateError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -25,14 +26,12 @@ from agentgym_core.modeling.chat_templates import (
     read_template,
 )
 from agentgym_core.modeling.tokenizer import ChatTemplateName, train_tokenizer
-from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 from agentgym_core.rollout.chat import (
     PRIMING_REPLY,
     ChatFormat,
     ChatTemplateError,
     set_chat_template_kwargs,
 )
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 
 pytest.importorskip("agentgym_env_babyai")
 
@@ -83,58 +82,6 @@ def models(babyai, tmp_path_factory):
     return load
 
 
-class Recording:
-    """The real `hf` policy, keeping every prompt it is given and every turn it samples."""
-
-    def __init__(self, policy: HFPolicy) -> None:
-        self.policy = policy
-        self.tokenizer = policy.tokenizer
-        self.calls = []
-
-    async def generate(self, prompt_ids, params, allowed_actions=None, *, session=None):
-        generation = await self.policy.generate(
-            prompt_ids, params, allowed_actions, session=session
-        )
-        self.calls.append((list(prompt_ids), generation))
-        return generation
-
-    def release(self, session) -> None:
-        self.policy.release(session)
-
-    def sync_weights(self, model) -> None:
-        self.policy.sync_weights(model)
-
-    def close(self) -> None:
-        self.policy.close()
-
-
-def _render(chat: ChatFormat, messages, *, generation_prompt: bool) -> list[int]:
-    """The template's own rendering of a whole conversation, tokenized in one go."""
-    ids = chat.tokenizer.apply_chat_template(
-        messages,
-        chat_template=chat.template,
-        tokenize=True,
-        add_generation_prompt=generation_prompt,
-        return_dict=False,
-        **chat.template_kwargs,
-    )
-    return list(ids)
-
-
-def _play(babyai, model, tokenizer, task, *, constrained):
-    make, _ = babyai
-    recording = Recording(HFPolicy(HFPolicyConfig(), model=model, tokenizer=tokenizer))
-    chat = ChatFormat(tokenizer, model.generation_config)
-    engine = RolloutEngine(make, recording, chat, env_threads=1)
-    settings = RolloutSettings(max_turns=3, max_new_tokens=12, constrained=constrained, seed=task)
-    try:
-        (traj,) = engine.run([EpisodeSpec(task, task)], settings)
-    finally:
-        engine.close()
-        recording.close()
-    return chat, traj, recording.calls
-
-
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)
 def test_the_learner_trains_on_what_the_model_was_given_and_sampled(babyai, models, variant):
     name, kwargs = variant
@@ -144,52 +91,10 @@ def test_the_learner_trains_on_what_the_model_was_given_and_sampled(babyai, mode
     env = make()
     instruction = env.instruction()
     for task, constrained in [(0, True), (1, True), (2, False)]:
-        chat, traj, calls = _play(babyai, model, tokenizer, task, constrained=constrained)
-        assert traj.error is None, traj.error
-        assert len(calls) == len(traj.turns) >= 2, "a multi-turn episode"
+        chat, traj, calls = play(make, model, tokenizer, task, constrained=constrained)
         first = env.reset(task)
-        prompts = [prompt for prompt, _ in calls]
-        sampled = [generation.token_ids for _, generation in calls]
-
-        assert prompts[0] == chat.prompt_ids(instruction, first)
-        assert traj.prompt_length == len(prompts[0])
-        for k in range(len(calls) - 1):
-            delta = chat.observation_ids(traj.turns[k].observation)
-            assert prompts[k + 1] == prompts[k] + sampled[k] + delta  # each prompt extends the last
-        assert traj.token_ids == prompts[-1] + sampled[-1]
-        trained = [t for t, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
-        assert trained == [t for ids in sampled for t in ids]
-        kept = [lp for lp, m in zip(traj.logprobs, traj.loss_mask, strict=True) if m]
-        assert kept == [lp for _, generation in calls for lp in generation.logprobs]
-        if not constrained:
-            continue
-
-        # A prefix-stable template renders the same conversation as the same ids.
-        messages = [
-            {"role": "user", "content": instruction},
-            {"role": "assistant", "content": PRIMING_REPLY},
-            {"role": "user", "content": first},
-        ]
-        for k, turn in enumerate(traj.turns):
-            assert turn.action in turn.allowed
-            assert sampled[k] == chat.action_ids(turn.action)
-            assert sampled[k][-1] == chat.stop_ids[0]
-            assert prompts[k] == _render(chat, messages, generation_prompt=True)
-            messages += [
-                {"role": "assistant", "content": turn.action},
-                {"role": "user", "content": turn.observation},
-            ]
-        whole = _render(chat, messages[:-1], generation_prompt=False)
-        assert whole[: len(traj.token_ids)] == traj.token_ids
-        assert not tokenizer.decode(whole[len(traj.token_ids) :]).strip()
+        check_trajectory(chat, traj, calls, instruction, first, constrained=constrained)
     env.close()
-
-
-OBSERVATIONS = [
-    "  leading and trailing spaces \n",
-    'Your goal: open the door\nYou see: a wall.\nAvailable actions: ["turn left", "drop"]',
-    "\n\nblank lines first",
-]
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)
@@ -200,19 +105,7 @@ def test_deltas_are_the_templates_own_user_turns(babyai, variant):
     tokenizer = train_tokenizer(texts, vocab_size=512, chat_template=name)
     set_chat_template_kwargs(tokenizer, kwargs)
     chat = ChatFormat(tokenizer, _generation_config(tokenizer, name))
-    ids = chat.prompt_ids("Play.", OBSERVATIONS[0])
-    messages = [
-        {"role": "user", "content": "Play."},
-        {"role": "assistant", "content": PRIMING_REPLY},
-        {"role": "user", "content": OBSERVATIONS[0]},
-    ]
-    for observation in OBSERVATIONS[1:]:
-        ids += chat.action_ids("turn left") + chat.observation_ids(observation)
-        messages += [
-            {"role": "assistant", "content": "turn left"},
-            {"role": "user", "content": observation},
-        ]
-        assert ids == _render(chat, messages, generation_prompt=True)
+    check_deltas(chat, OBSERVATIONS)
 
 
 # Each family's format, written out: " Hi " / "Ok." / "Go" with the generation prompt, then
@@ -482,7 +375,7 @@ def test_an_opening_prompt_is_rendered_once_per_task(babyai, monkeypatch):
     assert (
         again
         == first[:-1]
-        == _render(
+        == rendered_ids(
             chat,
             [
                 {"role": "user", "content": "Play."},

@@ -66,6 +66,29 @@ def test_loss_mask_covers_exactly_the_sampled_actions(tiny_model):
     assert traj.loss_mask[: traj.prompt_length] == [0] * traj.prompt_length
 
 
+def test_a_free_text_turn_cut_at_max_new_tokens_is_closed_before_the_observation(tiny_model):
+    """A cut turn gets the end-of-turn token (mask 0, not sampled), so the observation's
+    delta follows an end of turn as the template renders it, not the agent's own text."""
+    model, tokenizer = tiny_model
+    engine = _engine(tiny_model)
+    end = engine.chat.stop_ids[0]
+    settings = RolloutSettings(max_turns=4, max_new_tokens=3, constrained=False, seed=5)
+    trajs = engine.run(_episodes(4, 1), settings)
+    cut = 0
+    for traj in trajs:
+        mask, ids = traj.loss_mask, traj.token_ids
+        runs = [
+            i for i in range(1, len(ids)) if mask[i - 1] == 1 and (i == len(ids) or mask[i] == 0)
+        ]
+        for after in runs:  # the first position after each sampled turn
+            if ids[after - 1] == end:
+                continue  # the model ended its turn itself
+            cut += 1
+            assert ids[after] == end and mask[after] == 0 and traj.logprobs[after] == 0.0
+        assert ids[-1] == end or mask[-1] == 0
+    assert cut > 0  # three tokens are too few for this model to end a turn every time
+
+
 def test_constrained_actions_are_valid_and_logprobs_match_the_learner(tiny_model):
     model, _ = tiny_model
     engine = _engine(tiny_model)

@@ -103,12 +103,16 @@ class Sampler:
             text = request.constraint.matched_action()
         else:
             text = self.chat.decode_action(request.tokens)
+        if request.constraint is not None:
+            finished = request.constraint.complete
+        else:
+            finished = bool(request.tokens) and request.tokens[-1] in self.chat.stop_ids
         return Generation(
             token_ids=request.tokens,
             logprobs=request.logprobs,
             text=text,
             allowed=request.allowed,
-            finished=request.done,
+            finished=finished,
         )
 
     def _record(

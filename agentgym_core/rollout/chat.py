@@ -136,6 +136,8 @@ class ChatFormat:
         self.stop_ids = [end_id, *(i for i in stop_ids if i != end_id)]
         """Ids that end a sampled turn; the first is the one the template ends turns with."""
         self._after_stop = turn_end[len(end_text) :]
+        self._opening = opening
+        self._opening_ids = self._encode(opening)
 
     def _render(
         self, messages: list[dict[str, str]], add_generation_prompt: bool, tokenize: bool = False
@@ -280,10 +282,25 @@ class ChatFormat:
         if tokens is None:
             if len(self._action_tokens) >= ACTION_CACHE_SIZE:
                 self._action_tokens.clear()
-            text = self.answer_prefix + action
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            ids = self._after_generation_prompt(self.answer_prefix + action)
             tokens = self._action_tokens[action] = (*ids, self.stop_ids[0])
         return tokens
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _after_generation_prompt(self, text: str) -> list[int]:
+        """`text` tokenized as the template's rendering has it, right after the generation prompt.
+
+        Tokenized alone, a SentencePiece-style tokenizer (Phi-3, Llama 2) starts it with a
+        word-start marker (`▁turn`) that the rendering has not after Phi-3's `<|assistant|>`
+        and newline (`turn`). Text that would merge into the generation prompt's own last
+        tokens cannot continue them, and is tokenized alone.
+        """
+        ids = self._encode(self._opening + text)
+        if ids[: len(self._opening_ids)] == self._opening_ids:
+            return ids[len(self._opening_ids) :]
+        return self._encode(text)
 
     def decode_action(self, token_ids: Sequence[int]) -> str:
         """Action text of sampled tokens: without the stop token, and after any reasoning."""

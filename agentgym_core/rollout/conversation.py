@@ -123,9 +123,13 @@ class TokenDialogue:
         return TokenConversation(self, traj, session, max_context_tokens, max_new_tokens)
 
     def action_budget(self, max_new_tokens: int, allowed: Sequence[str] | None) -> int:
-        """Tokens the next action may take (a constrained action may exceed max_new_tokens)."""
+        """Tokens the next action may take in the trajectory.
+
+        Free text: `max_new_tokens`, plus the end-of-turn token that closes a turn cut
+        at that length. Constrained: the longest allowed action, which may be longer.
+        """
         if not allowed:
-            return max_new_tokens
+            return max_new_tokens + 1
         return max(max_new_tokens, *(len(self.chat.action_tokens(a)) for a in allowed))
 
     async def aclose(self) -> None:
@@ -163,7 +167,13 @@ class TokenConversation:
         return Reply(generation.text, generation)
 
     def add_action(self, reply: Reply) -> None:
-        """Append the sampled ids (loss mask 1), their log-probs and their constraints."""
+        """Append the sampled ids (loss mask 1), their log-probs and their constraints.
+
+        A turn cut at `max_new_tokens` (not `finished`) is closed with the template's
+        end-of-turn token, loss mask 0 (the model did not sample it): the next
+        observation's delta starts after an end of turn, and without it the
+        observation would read as more of the agent's own text.
+        """
         generation = reply.generation
         assert generation is not None  # a token-level policy always returns one
         start = len(self.traj.token_ids)
@@ -171,6 +181,8 @@ class TokenConversation:
         for offset, ids in enumerate(generation.allowed or []):
             if ids is not None:
                 self.traj.constraints[start + offset] = tuple(ids)
+        if not generation.finished:
+            _append(self.traj, self.dialogue.chat.stop_ids[:1], sampled=False)
 
     def add_observation(self, observation: str) -> None:
         """Append the template's delta for a new user turn, if an action still fits after it."""
