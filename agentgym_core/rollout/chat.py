@@ -138,6 +138,9 @@ class ChatFormat:
         self._after_stop = turn_end[len(end_text) :]
         self._opening = opening
         self._opening_ids = self._encode(opening)
+        self._through_stop = self._history_text[: len(self._history_text) - len(self._after_stop)]
+        """The probe history rendered up to its turn's stop token, which a delta continues."""
+        self._through_stop_ids = self._encode(self._through_stop)
 
     def _render(
         self, messages: list[dict[str, str]], add_generation_prompt: bool, tokenize: bool = False
@@ -266,7 +269,7 @@ class ChatFormat:
                 f"the chat template re-renders earlier turns for the observation {observation!r}"
             )
         text = self._after_stop + after[len(self._history_text) :]
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self._continuing(self._through_stop, self._through_stop_ids, text)
 
     def action_ids(self, action: str) -> list[int]:
         """Tokens of an action as the model should sample it, ending with the stop token."""
@@ -282,24 +285,25 @@ class ChatFormat:
         if tokens is None:
             if len(self._action_tokens) >= ACTION_CACHE_SIZE:
                 self._action_tokens.clear()
-            ids = self._after_generation_prompt(self.answer_prefix + action)
+            ids = self._continuing(self._opening, self._opening_ids, self.answer_prefix + action)
             tokens = self._action_tokens[action] = (*ids, self.stop_ids[0])
         return tokens
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _after_generation_prompt(self, text: str) -> list[int]:
-        """`text` tokenized as the template's rendering has it, right after the generation prompt.
+    def _continuing(self, prefix: str, prefix_ids: list[int], text: str) -> list[int]:
+        """`text` tokenized as the template's rendering has it, right after `prefix`.
 
-        Tokenized alone, a SentencePiece-style tokenizer (Phi-3, Llama 2) starts it with a
-        word-start marker (`▁turn`) that the rendering has not after Phi-3's `<|assistant|>`
-        and newline (`turn`). Text that would merge into the generation prompt's own last
-        tokens cannot continue them, and is tokenized alone.
+        Tokenized alone, a SentencePiece-style tokenizer starts text with a word-start
+        marker that the rendering has not: an action after Phi-3's `<|assistant|>` and
+        newline is `turn`, not `▁turn`; a delta after Llama 2's `</s>` (TinyLlama's chat
+        format writes a newline there) is `<0x0A>`, not `▁ <0x0A>`. Text that would merge
+        into the prefix's own last tokens cannot continue them, and is tokenized alone.
         """
-        ids = self._encode(self._opening + text)
-        if ids[: len(self._opening_ids)] == self._opening_ids:
-            return ids[len(self._opening_ids) :]
+        ids = self._encode(prefix + text)
+        if ids[: len(prefix_ids)] == prefix_ids:
+            return ids[len(prefix_ids) :]
         return self._encode(text)
 
     def decode_action(self, token_ids: Sequence[int]) -> str:
