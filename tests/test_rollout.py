@@ -733,3 +733,10 @@ def test_an_evaluation_can_lift_the_constraint_so_the_env_gets_what_the_model_wr
     assert all(valid for _, valid in actions(None))  # the rollout's setting: constrained
     free = actions(False)
     assert sum(not valid for _, valid in free) > len(free) // 2
+
+
+def test_on_done_hears_of_every_episode_as_it_ends(tiny_model):
+    engine = _engine(tiny_model)
+    seen = []
+    out = engine.run(_episodes(3, 2), RolloutSettings(max_turns=2, seed=1), seen.append)
+    assert len(seen) == 6 and {id(t) for t in seen} == {id(t) for t in out}

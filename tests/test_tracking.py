@@ -300,3 +300,31 @@ def test_format_table():
         "babyai         0.500  10",
         "sci                -   3",
     ]
+
+
+def test_episode_progress_says_episodes_done_and_success_so_far_every_so_often():
+    from types import SimpleNamespace
+
+    from agentgym_core.tracking.console import EpisodeProgress
+
+    now = [0.0]
+    lines: list[str] = []
+    progress = EpisodeProgress(4, "eval", every_s=30, write=lines.append, clock=lambda: now[0])
+    episode = [
+        SimpleNamespace(success=True, error=None),
+        SimpleNamespace(success=False, error=None),
+        SimpleNamespace(success=False, error="EnvCallTimeout: reset"),
+        SimpleNamespace(success=True, error=None),
+    ]
+    for seconds, trajectory in zip([5, 31, 40, 70], episode, strict=True):
+        now[0] = seconds
+        progress(trajectory)
+    assert lines == [
+        "[eval] episodes 2/4  success 0.500  env errors 0  31 s",
+        "[eval] episodes 4/4  success 0.667  env errors 1  70 s",
+    ]
+    quick: list[str] = []
+    short = EpisodeProgress(2, "update 1", every_s=30, write=quick.append, clock=lambda: 1.0)
+    short(episode[0])
+    short(episode[1])
+    assert quick == []  # a run shorter than every_s prints nothing

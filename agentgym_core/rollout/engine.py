@@ -204,12 +204,23 @@ class RolloutEngine:
         finally:
             self.pool.close()
 
-    def run(self, episodes: Sequence[EpisodeSpec], settings: RolloutSettings) -> list[Trajectory]:
-        """Play every episode; returns trajectories in the order of `episodes`."""
-        return asyncio.run(self.run_async(episodes, settings))
+    def run(
+        self,
+        episodes: Sequence[EpisodeSpec],
+        settings: RolloutSettings,
+        on_done: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Play every episode; returns trajectories in the order of `episodes`.
+
+        `on_done(trajectory)` is called as each episode ends (progress lines).
+        """
+        return asyncio.run(self.run_async(episodes, settings, on_done))
 
     async def run_async(
-        self, episodes: Sequence[EpisodeSpec], settings: RolloutSettings
+        self,
+        episodes: Sequence[EpisodeSpec],
+        settings: RolloutSettings,
+        on_done: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
         """Async form of `run`, for callers that already own an event loop.
 
@@ -222,7 +233,10 @@ class RolloutEngine:
 
         async def bounded(spec: EpisodeSpec) -> Trajectory:
             async with slots:
-                return await self._episode(spec, settings, frames=spec in framed)
+                trajectory = await self._episode(spec, settings, frames=spec in framed)
+            if on_done is not None:
+                on_done(trajectory)
+            return trajectory
 
         try:
             return list(await asyncio.gather(*(bounded(spec) for spec in episodes)))

@@ -18,6 +18,7 @@ from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from agentgym_core.rollout.text import TextRolloutEngine
 from agentgym_core.run import recovery
+from agentgym_core.tracking.console import EpisodeProgress
 from agentgym_core.types import Trajectory
 
 
@@ -35,6 +36,8 @@ class EvalSettings:
     env_error_retries: int = 3
     env_recovery_s: float = 300.0
     constrained: bool | None = None  # None: as the rollout settings say
+    progress: bool = True
+    """A line of episodes done and success so far, at most every 30 s (on stderr)."""
 
 
 def evaluation_tasks(env_factory: Any, split: str, num_tasks: int | None) -> list[int]:
@@ -75,7 +78,10 @@ def run_evaluation(
         seed=settings.seed + 7_919,
         frames=rollout.frames,
     )
-    trajectories = distributed.gather(engine.run(distributed.shard(episodes), play))
+    mine = distributed.shard(episodes)
+    show = settings.progress and distributed.is_main()
+    progress = EpisodeProgress(len(mine), "eval") if show else None
+    trajectories = distributed.gather(engine.run(mine, play, progress))
     trajectories = _replay_env_errors(engine, episodes, trajectories, settings, play)
     metrics = summarize(trajectories, settings.k)
     metrics["partial"] = float(bool(recovery.env_errors(trajectories)))

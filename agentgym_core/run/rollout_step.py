@@ -34,6 +34,7 @@ from agentgym_core.run.components import Components
 from agentgym_core.run.evaluate import evaluation_tasks
 from agentgym_core.run.metrics import rollout_metrics
 from agentgym_core.run.runtime import share_prompts, share_rows
+from agentgym_core.tracking.console import EpisodeProgress
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 Played = tuple[dict[str, float], TrajectoryBatch]
@@ -140,7 +141,10 @@ class RolloutStep:
         start = time.perf_counter()
         shard = distributed.shard(episodes)
         settings = rollout_settings(self.root, max_turns=horizon, seed=seed)
-        played = self.engine.run(shard, settings)
+        progress = None
+        if distributed.is_main():  # a real model's update plays for minutes
+            progress = EpisodeProgress(len(shard), f"update {step + 1}", every_s=60.0)
+        played = self.engine.run(shard, settings, progress)
         mine, replayed = replay_env_errors(self.engine, shard, played, settings)
         batch = TrajectoryBatch(distributed.gather(mine))
         metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)

@@ -9,7 +9,8 @@ update did; `agentgym train --quiet` turns them off.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from tqdm import tqdm
@@ -80,6 +81,54 @@ class ProgressBar:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+class EpisodeProgress:
+    """Episodes done out of the total and success so far, a line at most every `every_s`.
+
+    A callback for `RolloutEngine.run(on_done=...)`: an evaluation of a real model
+    runs for minutes, and a line (not a bar) says where it is in a log as on a terminal.
+    The first line comes `every_s` in, so a short run prints none; once one has
+    printed, the last episode prints one too.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        every_s: float = 30.0,
+        write: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total, self.label, self.every_s = total, label, every_s
+        self.write = write or (lambda line: tqdm.write(line, file=sys.stderr))
+        self.clock = clock
+        self.start = self.last = clock()
+        self.done = self.successes = self.env_errors = 0
+        self.printed = False
+
+    def __call__(self, trajectory: Any) -> None:
+        """Count one finished episode; print if due."""
+        self.done += 1
+        if getattr(trajectory, "error", None) is not None:
+            self.env_errors += 1
+        elif trajectory.success:
+            self.successes += 1
+        now = self.clock()
+        due = now - self.last >= self.every_s
+        if due or (self.done == self.total and self.printed):
+            self.last, self.printed = now, True
+            self.write(self.line(now))
+
+    def line(self, now: float) -> str:
+        """`[eval] episodes 30/90  success 0.433  env errors 0  95 s`."""
+        scored = self.done - self.env_errors
+        success = f"{self.successes / scored:.3f}" if scored else "-"
+        return (
+            f"[{self.label}] episodes {self.done}/{self.total}  success {success}  "
+            f"env errors {self.env_errors}  {now - self.start:.0f} s"
+        )
 
 
 def postfix_of(metrics: Mapping[str, Any]) -> dict[str, str]:
