@@ -25,6 +25,7 @@ import torch
 from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
+from agentgym_core.policies.growing_cache import growing
 from agentgym_core.policies.hf_config import HFPolicyConfig
 from agentgym_core.policies.prefix_cache import PrefixCache, per_request, shared_rows
 from agentgym_core.policies.sampling import Request, Sampler
@@ -226,9 +227,11 @@ class HFPolicy:
         )
         for layer in out.past_key_values.layers:
             layer.keys, layer.values = per_request(rows, layer.keys, layer.values)
+        longest = max(r.params.max_new_tokens for r in batch)
+        cache = growing(out.past_key_values, room=longest)  # decoded tokens written in place
         generators = [self.sampler.generator(r.params, device) for r in batch]
         clock.lap("prefill")
-        for _ in range(max(r.params.max_new_tokens for r in batch)):
+        for _ in range(longest):
             next_ids, real = self.sampler.sample(batch, out.logits[:, -1, :].float(), generators)
             clock.lap("sampling")
             if all(r.done for r in batch):
@@ -239,13 +242,13 @@ class HFPolicy:
                 input_ids=next_ids.to(device).unsqueeze(1),
                 attention_mask=attention,
                 position_ids=last_position,
-                past_key_values=out.past_key_values,
+                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
             clock.lap("decode")
         if use_cache:
-            self._keep(batch, out.past_key_values, attention, pre.attention_mask.shape[1])
+            self._keep(batch, cache, attention, pre.attention_mask.shape[1])
             clock.lap("kv_cache")
 
     def _keep(
