@@ -4,8 +4,9 @@ Episodes call `submit` from their event loop; the request joins vLLM's
 running batch at the next step (continuous batching: a short answer leaves
 the batch as soon as it ends, a new request enters without waiting for the
 others). Weight syncs and other engine calls go through `call`, so they run
-between two steps, never during one. With nothing running, the thread blocks
-on its inbox: no polling.
+between two steps, never during one; `run` is `submit` for a caller outside
+any event loop (the probe after a sync). With nothing running, the thread
+blocks on its inbox: no polling.
 """
 
 from __future__ import annotations
@@ -36,8 +37,16 @@ def _settle(future: asyncio.Future, result: Any, error: BaseException | None) ->
         future.set_result(result)
 
 
-def _answer(waiter: _Waiter, result: Any, error: BaseException | None = None) -> None:
+def _answer(
+    waiter: _Waiter | concurrent.futures.Future, result: Any, error: BaseException | None = None
+) -> None:
     """Hand a result to the waiting episode's loop (gone if that run already ended)."""
+    if isinstance(waiter, concurrent.futures.Future):  # a blocked thread (`run`)
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(result)
+        return
     with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
         waiter.loop.call_soon_threadsafe(_settle, waiter.future, result, error)
 
@@ -50,7 +59,7 @@ class EngineThread:
         self._prompt_type = prompt_type
         self._inbox: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
         self._ids = itertools.count()
-        self._waiting: dict[str, _Waiter] = {}
+        self._waiting: dict[str, _Waiter | concurrent.futures.Future] = {}
         self.steps = 0
         self.batch_sizes: list[int] = []
         """Requests running at each step, for throughput reports."""
@@ -72,6 +81,14 @@ class EngineThread:
         except asyncio.CancelledError:
             self._inbox.put(("abort", request_id, None))
             raise
+
+    def run(self, prompt_ids: list[int], sampling: Any) -> Any:
+        """`submit`, blocking the calling thread instead of awaiting."""
+        if self.error is not None or not self._thread.is_alive():
+            raise RuntimeError("the vLLM engine has stopped") from self.error
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._inbox.put(("generate", f"agentgym-{next(self._ids)}", (prompt_ids, sampling, done)))
+        return done.result()
 
     def call(self, fn: Callable[[Any], Any]) -> Any:
         """`fn(engine)` in the engine thread between two steps; blocks until it returns."""

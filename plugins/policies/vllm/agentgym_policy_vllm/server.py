@@ -9,18 +9,24 @@ flight. Constrained action decoding is the in-process policy's: the allowed
 token sequences travel in `vllm_xargs` to `ActionTrieProcessor`, loaded by
 the server (`--logits-processors`), which also reports log-probabilities after
 the mask and temperature (`--logprobs-mode processed_logprobs`), the values the
-learner recomputes. `agentgym serve-policy` starts replicas with these flags.
+learner recomputes. Every other sampling parameter is pinned off in each
+request, and replicas run with `--generation-config vllm`, so neither fills in
+a checkpoint's `generation_config.json` defaults. `agentgym serve-policy`
+starts replicas with these flags.
 
-Weights: after each update `sync_weights` writes the learner's weights to a
-new folder under `weights_dir` (LoRA merged in; a tied output layer written
-out, since vLLM's in-place reload keeps the old one otherwise) and has every
-replica reload them in place: `/pause` (which also drops the prefix cache),
-`/collective_rpc reload_weights {weights_path}` (the server needs
-`VLLM_SERVER_DEV_MODE=1`), `/resume`. This is the path vLLM's CPU build
-supports; on GPUs, NCCL weight transfer is the faster one (docs/scaling.md).
-With several learner ranks (all holding the same weights) only rank 0 writes
-and reloads; the others wait for its `.synced` mark in the shared `weights_dir`,
-so a replica reloads once per update, not once per rank.
+Weights: when the policy is built and after each update, `sync_weights`
+writes the learner's weights to a new folder under `weights_dir` (LoRA merged
+in; a tied output layer written out, since vLLM's in-place reload keeps the
+old one otherwise) and has every replica reload them in place: `/pause`
+(which also drops the prefix cache), `/collective_rpc reload_weights
+{weights_path}` (the server needs `VLLM_SERVER_DEV_MODE=1`), `/resume`. Each
+replica then scores a probe, which must match the learner's log-probabilities
+(`weights.py`). So a resumed run plays its checkpoint's weights, whatever the
+replicas were started from. This is the path vLLM's CPU build supports; on
+GPUs, NCCL weight transfer is the faster one (docs/scaling.md). With several
+learner ranks (all holding the same weights) only rank 0 writes, reloads and
+probes; the others wait for its `.synced` mark in the shared `weights_dir`, so
+a replica reloads once per sync, not once per rank.
 """
 
 from __future__ import annotations
@@ -47,10 +53,17 @@ from agentgym_core.api import (
     Problem,
     SamplingParams,
     fingerprint,
-    full_weights,
 )
-from agentgym_policy_vllm.actions import ActionTurns
-from agentgym_policy_vllm.config import VLLMServerPolicyConfig
+from agentgym_policy_vllm.actions import NEUTRAL_SAMPLING, ActionTurns
+from agentgym_policy_vllm.config import VLLMServerPolicyConfig, probe_tolerance
+from agentgym_policy_vllm.weights import (
+    PROBE,
+    check_probe,
+    learner_dtype,
+    learner_logprobs,
+    probe_ids,
+    save_weights,
+)
 from agentgym_policy_vllm.xargs import EXTRA_ARG, encode_sequences
 
 log = logging.getLogger(__name__)
@@ -59,9 +72,6 @@ PREFIX = "agentgym-v"
 """Start of the names of the weights folders (and marks) in `weights_dir`."""
 SYNCED = ".synced"
 """Suffix of the file rank 0 writes beside a weights folder once every replica reloaded it."""
-
-PROBE_TOLERANCE = 0.1
-"""Mean absolute log-probability gap over a probe above which a server serves another model."""
 
 
 class ServerPolicyError(RuntimeError):
@@ -114,8 +124,19 @@ class VLLMServerPolicy:
         self._folder: Path | None = None
         """The newest synced weights (None: the servers' own, as started)."""
         self.sync_seconds: list[float] = []
-        """Wall time of every weight sync (all replicas)."""
-        self._check_same_model(model, tokenizer)
+        """Wall time of every weight sync (all replicas), the one at build first."""
+        self.probe = probe_ids(self.chat)
+        self.probe_tolerance = probe_tolerance(config.probe_tolerance, learner_dtype(model))
+        self._expected: list[float] = []
+        """The learner's log-probabilities of the probe at the newest sync."""
+        self.probe_gaps: dict[str, list[float]] = collections.defaultdict(list)
+        """Each replica's probe gap after every sync (rank 0)."""
+        self._check_same_tokenizer(model, tokenizer)
+        try:
+            self._first_sync(model)
+        except BaseException:
+            self.close()
+            raise
 
     # -- generation --------------------------------------------------------------------
 
@@ -202,7 +223,7 @@ class VLLMServerPolicy:
                 healthy = False
             if healthy and self._folder is not None:
                 try:  # back, perhaps restarted from the first weights: give it the current ones
-                    self._reload(url, self._folder)
+                    self._reload_checked(url, self._folder)
                 except ServerPolicyError:
                     healthy = False
             if healthy:
@@ -225,6 +246,7 @@ class VLLMServerPolicy:
             "model": self.served[url],
             "prompt": prompt_ids,
             "temperature": 0.0 if params.greedy else params.temperature,
+            **NEUTRAL_SAMPLING,
             "logprobs": 0,
             "return_token_ids": True,
             "stop_token_ids": list(self.chat.stop_ids),
@@ -241,24 +263,43 @@ class VLLMServerPolicy:
     def _generation(
         self, url: str, choice: dict[str, Any], constraint: ActionConstraint | None
     ) -> Generation:
-        finished = choice.get("finish_reason") == "stop"
+        stopped = choice.get("finish_reason") == "stop"
         logprobs = choice["logprobs"]["token_logprobs"]
         try:
             return self.turns.generation(
-                choice["token_ids"], logprobs, constraint, finished=finished, sampler=url
+                choice["token_ids"], logprobs, constraint, stopped=stopped, sampler=url
             )
         except ValueError as error:  # the server applied no action mask
             raise ServerPolicyError(str(error)) from None
 
     # -- weights -----------------------------------------------------------------------
 
+    def _first_sync(self, model: Any) -> None:
+        """The sync at build: a replica that cannot take the learner's weights is misconfigured."""
+        try:
+            self.sync_weights(model)
+        except ServerPolicyError as error:
+            learner = getattr(model, "name_or_path", "") or type(model).__name__
+            raise ConfigError(
+                [
+                    Problem(
+                        "policy.base_urls",
+                        f"a replica could not load the weights of the learner's model {learner!r} "
+                        f"({error}). Start it with the model.path of this run (another "
+                        "architecture cannot take them) and VLLM_SERVER_DEV_MODE=1 (the reload "
+                        "endpoints); `agentgym serve-policy` does both.",
+                    )
+                ]
+            ) from None
+
     def sync_weights(self, model: Any) -> None:
-        """Write the learner's weights to a new folder; every replica reloads them in place.
+        """Write the learner's weights to a new folder; every replica reloads them and is probed.
 
         Rank 0 does both; another learner rank waits until rank 0 marks the same
         weights synced. With several ranks the folder is named by version and a
         digest of the weights, so a mark left by an earlier run cannot pass for
-        this one's (one rank waits for nobody and skips the digest).
+        this one's (one rank waits for nobody and skips the digest). Raises
+        `WeightsMismatch` naming the replica whose probe is not the learner's.
         """
         start = time.perf_counter()
         self._version += 1
@@ -267,13 +308,14 @@ class VLLMServerPolicy:
             name += "-" + hashlib.sha1(repr(fingerprint(model)).encode()).hexdigest()[:12]
         folder = self.weights_dir / name
         synced = folder.with_name(folder.name + SYNCED)
+        self._expected = learner_logprobs(model, self.probe)  # on every rank: FSDP's is collective
         if self.rank == 0:
             save_weights(model, folder)
             for url in self.urls:
                 if url in self._down:
                     continue  # it gets these weights when it answers again
                 try:
-                    self._reload(url, folder)
+                    self._reload_checked(url, folder)
                 except ReplicaDown as error:
                     self._mark_down(url, error)
             synced.touch()
@@ -308,6 +350,20 @@ class VLLMServerPolicy:
             self._post(url, "/reset_prefix_cache", None)
         finally:
             self._post(url, "/resume", None)
+
+    def _reload_checked(self, url: str, folder: Path) -> None:
+        """`_reload`, then the probe: `url` must now score it as the learner does."""
+        self._reload(url, folder)
+        served = self.served_logprobs(url, self.probe)
+        gap = check_probe(f"vLLM replica {url}", served, self._expected, self.probe_tolerance)
+        self.probe_gaps[url].append(gap)
+
+    def served_logprobs(self, url: str, ids: Sequence[int]) -> list[float]:
+        """`url`'s log-probability of each token of `ids` after the first (no sampling)."""
+        body = {"model": self.served[url], "prompt": list(ids), "max_tokens": 1}
+        body |= {"prompt_logprobs": 0, "temperature": 0.0}
+        rows = self._post(url, "/v1/completions", body)["choices"][0]["prompt_logprobs"][1:]
+        return [float(row[str(t)]["logprob"]) for row, t in zip(rows, ids[1:], strict=True)]
 
     def counters(self) -> dict[str, float]:
         """For the run's metrics (`policy/...`): turns moved off a dead replica, replicas down."""
@@ -360,56 +416,29 @@ class VLLMServerPolicy:
             )
         return self.config.model
 
-    def _check_same_model(self, model: Any, tokenizer: Any) -> None:
-        """Refuse a replica whose log-probabilities of a probe are not the learner's."""
-        import torch
+    def _check_same_tokenizer(self, model: Any, tokenizer: Any) -> None:
+        """Refuse a replica that tokenizes a probe text otherwise: it serves another model.
 
-        probe = self.chat.prompt_ids("Say what you see.", "A probe of the served weights.")[:24]
-        with torch.no_grad():
-            device = next(model.parameters()).device
-            logits = model(torch.tensor([probe], device=device)).logits[0, :-1].float()
-        ours = logits.log_softmax(-1).gather(1, torch.tensor(probe[1:], device=device)[:, None])
-        ours = ours[:, 0].cpu().tolist()
+        Checked before the first sync, whose reload would break a replica of
+        another architecture. Skipped where a replica has no `/tokenize`.
+        """
+        text = " ".join(PROBE)
+        ours = list(tokenizer.encode(text, add_special_tokens=False))
         learner = getattr(model, "name_or_path", "") or type(model).__name__
         for url in self.urls:
-            body = {"model": self.served[url], "prompt": probe, "max_tokens": 1}
-            body |= {"prompt_logprobs": 0, "temperature": 0.0}
-            reply = self._post(url, "/v1/completions", body)
-            rows = reply["choices"][0]["prompt_logprobs"][1:]
-            theirs = [
-                float(row[str(token)]["logprob"])
-                for row, token in zip(rows, probe[1:], strict=True)
-            ]
-            gap = sum(abs(a - b) for a, b in zip(ours, theirs, strict=True)) / len(ours)
-            if gap > PROBE_TOLERANCE:
+            body = {"model": self.served[url], "prompt": text, "add_special_tokens": False}
+            try:
+                theirs = self._post(url, "/tokenize", body)["tokens"]
+            except (ServerPolicyError, KeyError, TypeError):
+                continue
+            if theirs != ours:
                 raise ConfigError(
                     [
                         Problem(
                             "policy.base_urls",
                             f"{url} serves {self.served[url]!r}, which is not the learner's model "
-                            f"{learner!r}: their log-probabilities of a probe differ by {gap:.3f} "
-                            f"on average (at most {PROBE_TOLERANCE} allowed). Start the server "
-                            "with the model.path of this run.",
+                            f"{learner!r}: it tokenizes {text!r} as {theirs}, the learner as "
+                            f"{ours}. Start the server with the model.path of this run.",
                         )
                     ]
                 )
-
-
-def save_weights(model: Any, folder: Path) -> None:
-    """The learner's full weights (LoRA merged) and config in `folder`, written atomically.
-
-    vLLM's in-place reload keeps a tied output layer that the file lacks, so
-    `lm_head.weight` is written out as a copy of the embeddings.
-    """
-    from safetensors.torch import save_file
-
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    weights = {name: tensor.detach().cpu().clone() for name, tensor in full_weights(model)}
-    if "lm_head.weight" not in weights and "model.embed_tokens.weight" in weights:
-        weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
-    save_file(weights, str(tmp / "model.safetensors"))
-    config = getattr(model, "get_base_model", lambda: model)().config
-    config.save_pretrained(tmp)
-    tmp.rename(folder)

@@ -1,4 +1,5 @@
-"""A tiny model vLLM's CPU kernels accept, and one vLLM engine shared by the module's tests.
+"""A tiny model vLLM's CPU kernels accept, one vLLM engine shared by the tests, and SmolLM2
+with a checkpoint generation_config that samples otherwise.
 
 Starting vLLM costs tens of seconds (imports, profiling, KV cache), so tests
 share one policy; a test that syncs other weights into it restores the
@@ -7,7 +8,34 @@ fixture's weights afterwards.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+SAMPLING_DEFAULTS = {
+    "do_sample": True,
+    "temperature": 0.3,
+    "top_k": 5,
+    "top_p": 0.5,
+    "repetition_penalty": 1.3,
+}
+"""What a real checkpoint's generation_config.json may set; none of it is the learner's."""
+
+
+@pytest.fixture(scope="session")
+def smollm2_sampling_dir(smollm2_dir, tmp_path_factory):
+    """SmolLM2-135M-Instruct whose generation_config.json sets `SAMPLING_DEFAULTS`.
+
+    The other files are links to the fetched model's (no copy of its weights).
+    """
+    out = tmp_path_factory.mktemp("smollm2-sampling")
+    for path in smollm2_dir.iterdir():
+        if path.name != "generation_config.json":
+            (out / path.name).symlink_to(path.resolve())
+    config = json.loads((smollm2_dir / "generation_config.json").read_text())
+    (out / "generation_config.json").write_text(json.dumps(config | SAMPLING_DEFAULTS))
+    return out
+
 
 LEVELS = ["GoToObj", "GoToLocal", "PickupDist"]
 

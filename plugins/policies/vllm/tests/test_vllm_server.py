@@ -190,10 +190,11 @@ def test_a_short_training_run_generates_on_the_replicas(replicas, vllm_model_dir
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
 
 
-def test_two_learner_ranks_sync_through_rank_0_once_per_update(vllm_model_dir, tmp_path):
+def test_two_learner_ranks_sync_through_rank_0_once_per_sync(vllm_model_dir, tmp_path):
     """Under `accelerate launch` (two CPU ranks, gloo) rank 0 alone writes the weights and has the
-    replica reload them, so the replica reloads once per update (not once per rank), and ends
-    serving the trained weights; the other rank generates on it too, after the sync."""
+    replica reload them, so the replica reloads once per sync (at build and after each update,
+    not once per rank), and ends serving the trained weights; the other rank generates on it
+    too, after the sync."""
     import os
     import subprocess
     import sys
@@ -235,20 +236,16 @@ def test_two_learner_ranks_sync_through_rank_0_once_per_update(vllm_model_dir, t
             assert launch.returncode == 0, launch.stderr[-6000:]
             model = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-000002")
             tokenizer = AutoTokenizer.from_pretrained(vllm_model_dir)
-            policy = VLLMServerPolicy(
-                VLLMServerPolicyConfig(base_urls=urls), model=model, tokenizer=tokenizer
-            )
             probe = ChatFormat(tokenizer).prompt_ids("Reach the goal.", "You see a red ball.")
-            served = served_logprobs(policy, urls[0], probe)
-            policy.close()
+            served = replica_logprobs(urls[0], probe)  # as the run left it: no policy syncs it
         finally:
             stop(processes)
     assert served == pytest.approx(continuation_logprobs(model, probe), abs=1e-3)
     requests = log_path.read_text()
-    assert requests.count("POST /collective_rpc") == 2  # two updates, one reload each
+    assert requests.count("POST /collective_rpc") == 3  # at build and after 2 updates, once each
     assert requests.count("POST /v1/completions") >= 2 * 2 * 2  # both ranks' turns
     kept = sorted(path.name for path in weights.iterdir())
-    assert len(kept) == 2 and kept[0].startswith("agentgym-v000002-"), kept
+    assert len(kept) == 2 and kept[0].startswith("agentgym-v000003-"), kept
     assert kept[1] == kept[0] + ".synced"
 
 
@@ -269,8 +266,16 @@ def continuation_logprobs(model, ids) -> list[float]:
 
 def served_logprobs(policy, url, ids) -> list[float]:
     """The replica's log-probability of each token of `ids` after the first."""
-    body = {"model": policy.served[url], "prompt": ids, "max_tokens": 1, "prompt_logprobs": 0}
-    reply = policy._post(url, "/v1/completions", body)
+    return policy.served_logprobs(url, ids)
+
+
+def replica_logprobs(url, ids) -> list[float]:
+    """`served_logprobs` with no policy (building one would sync its own weights)."""
+    import httpx
+
+    name = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+    body = {"model": name, "prompt": ids, "max_tokens": 1, "prompt_logprobs": 0}
+    reply = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()
     rows = reply["choices"][0]["prompt_logprobs"][1:]
     return [float(row[str(t)]["logprob"]) for row, t in zip(rows, ids[1:], strict=True)]
 
@@ -410,7 +415,8 @@ def test_serve_policy_starts_replicas_prints_the_config_and_stops_them(vllm_mode
         lines = text.splitlines()
         urls = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
         assert f"  base_urls: [{urls[0]}, {urls[1]}]" in lines
-        assert any("--logits-processors" in x and "processed_logprobs" in x for x in lines)
+        flags = ("--logits-processors", "processed_logprobs", "--generation-config vllm")
+        assert any(all(flag in x for flag in flags) for x in lines)
         for url in urls:
             assert httpx.get(f"{url}/health", timeout=5).status_code == 200
     finally:
