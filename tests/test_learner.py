@@ -404,7 +404,11 @@ def test_model_attn_implementation_reaches_the_loaded_model(tiny_model_dir):
     eager, _ = load_configured_model(
         ModelConfig(path=str(tiny_model_dir), attn_implementation="eager")
     )
-    assert default.config._attn_implementation == "sdpa"
+    sdpa, _ = load_configured_model(
+        ModelConfig(path=str(tiny_model_dir), attn_implementation="sdpa")
+    )
+    assert default.config._attn_implementation == "sdpa_gqa"  # sdpa, without per-head copies
+    assert sdpa.config._attn_implementation == "sdpa"
     assert eager.config._attn_implementation == "eager"
     with pytest.raises(ConfigError, match=r"model\.attn_implementation: 'bogus': .*sdpa"):
         load_configured_model(ModelConfig(path=str(tiny_model_dir), attn_implementation="bogus"))

@@ -132,7 +132,9 @@ class ModelConfig(_Block):
         None,
         min_length=1,
         description="transformers' attention kernel (sdpa, eager, flash_attention_2, ...); "
-        "null: transformers' default. Under flash attention `trainer.packing: auto` shares rows.",
+        "null: transformers' default, with sdpa replaced by agentgym's sdpa_gqa (the same "
+        "attention, without copying grouped keys and values per head on a CPU). Under flash "
+        "attention `trainer.packing: auto` shares rows.",
     )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,

@@ -15,6 +15,7 @@ from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, Policy
 from agentgym_core.learner import lora
 from agentgym_core.learner.critic import Critic, build_critic
+from agentgym_core.modeling.attention import prefer_sdpa_gqa
 from agentgym_core.rollout import contract
 from agentgym_core.rollout.chat import set_chat_template_kwargs
 
@@ -53,6 +54,8 @@ def load_model(
             raise
         message = attention_problem(attn_implementation, error)
         raise ConfigError([Problem("model.attn_implementation", message)]) from error
+    if not attn_implementation:
+        prefer_sdpa_gqa(model)  # sdpa without its per-head copies of keys and values
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
     # the rank's own device (cuda:<local rank> under accelerate launch), before FSDP's
@@ -62,8 +65,9 @@ def load_model(
     return model, tokenizer
 
 
-ATTENTION = ("sdpa", "flash_attention_2", "eager")
-"""`model.attn_implementation` values agentgym is tested with (sdpa: transformers' default)."""
+ATTENTION = ("sdpa_gqa", "sdpa", "flash_attention_2", "eager")
+"""`model.attn_implementation` values agentgym is tested with (sdpa_gqa: the default where
+transformers' would be sdpa; `modeling/attention.py`)."""
 
 
 def attention_problem(requested: str | None, error: Exception) -> str:

@@ -81,7 +81,7 @@ def share_prompts(setting: bool | str, model: Any, rows_shared: bool) -> bool:
     blocker = (
         f"the model's attention ({attention or 'unknown'}) takes no key mask: use "
         "model.attn_implementation sdpa or eager"
-        if attention not in ("sdpa", "eager")
+        if attention not in ("sdpa", "sdpa_gqa", "eager")
         else "rows are shared (trainer.packing): use trainer.packing padded"
         if rows_shared
         else "training runs in several processes (not supported yet)"
