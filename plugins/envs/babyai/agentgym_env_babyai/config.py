@@ -56,6 +56,13 @@ class BabyAIConfig(BaseModel):
         description="Instruction prompt opening each conversation; null: the built-in one "
         "(AgentGym-style, lists the action syntax).",
     )
+    agentgym_prompt: bool = Field(
+        False,
+        description="With `levels: agentgym`: talk as AgentGym's own BabyAI client does: its "
+        "instruction (answer with `Thought:` then `Action:`), and the action read from the "
+        "text after `Action:` (the whole text where there is none), letters, digits, commas "
+        "and spaces only. `instruction` still replaces the instruction if set.",
+    )
     list_actions: bool = Field(
         True,
         description="End each step's observation with `Available actions: [...]`, as AgentGym "

@@ -314,3 +314,22 @@ def test_the_expert_plans_again_after_a_bot_whose_first_plan_failed(env, monkeyp
     assert env.expert_action() == "check available actions"
     action = env.expert_action()
     assert len(made) == 2 and action in env.valid_actions() and action != "check available actions"
+
+
+def test_agentgym_prompt_talks_as_agentgyms_client():
+    """Its instruction asks for Thought/Action; the action is read after `Action:` and cleaned."""
+    from agentgym_env_babyai.agentgym.env import CLIENT_INSTRUCTION, client_action
+
+    assert client_action("Thought:\nThe ball is ahead.\n\nAction:\ngo to red ball 1\n") == (
+        "go to red ball 1"
+    )
+    assert client_action("Action: turn left.\nAction:  go to  red ball 1!") == "go to red ball 1"
+    assert client_action("go to red ball 1") == "go to red ball 1"  # a bare action, taken whole
+    prompted = AgentGymBabyAIEnv(BabyAIConfig(levels="agentgym", agentgym_prompt=True))
+    plain = AgentGymBabyAIEnv(BabyAIConfig(levels="agentgym"))
+    assert prompted.instruction() == CLIENT_INSTRUCTION != plain.instruction()
+    for env in (prompted, plain):
+        env.reset(0)  # data_idx 0: go to the red ball, one `go to` ends it
+    reply = "Thought:\nI see it.\n\nAction:\ngo to red ball 1"
+    assert prompted.step(reply).done
+    assert not plain.step(reply).done  # without the option the whole reply is the action

@@ -16,6 +16,7 @@ follow that server, so a checkpoint scores the same here as against it:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,34 @@ INSTRUCTION = """You are in a grid world with a goal. Each turn, answer with one
 - toggle: open the door right in front of you
 - drop: put down what you carry
 - check available actions"""
+
+CLIENT_INSTRUCTION = (
+    "You are an exploration master that wants to finish every goal you are given. Every round "
+    "I will give you an observation, and you have to respond an action and your thought based "
+    "on the observation to finish the given task. You are placed in a room and you need to "
+    "accomplish the given goal with actions.\n\nYou can use the following actions: \n\n"
+    "- turn right \n\n- turn left \n\n- move forward \n\n- go to <obj> <id> \n\n"
+    "- pick up <obj> <id> \n\n- go through <door> <id>: <door> must be an open door. \n\n"
+    "- toggle and go through <door> <id>: <door> can be a closed door or a locked door. If you "
+    "want to open a locked door, you need to carry a key that is of the same color as the "
+    "locked door. \n\n- toggle: there is a closed or locked door right in front of you and you "
+    "can toggle it.\nYour response should use the following format:\nThought:\n<Your Thought>"
+    "\n\nAction:\n<Your Action>"
+)
+"""What AgentGym's BabyAI client (`agentenv.envs.babyai`) opens each conversation with."""
+
+
+def client_action(text: str) -> str:
+    """The action in a reply, as AgentGym's BabyAI client reads it.
+
+    The first line after the last `Action:` (the client refuses a reply with two), with
+    only letters, digits, commas and spaces kept and runs of spaces joined. A reply with
+    no `Action:` is taken whole (the client would send an empty action): a model
+    trained on bare actions, as cloning the expert makes one, answers that way.
+    """
+    found = re.findall(r"Action:\s*(.*?)(?=\n|$)", text, re.DOTALL)
+    action = found[-1] if found else text
+    return " ".join(re.sub(r"[^A-Za-z0-9, ]+", "", action).split())
 
 
 def action_list(actions: list[str]) -> str:
@@ -91,7 +120,8 @@ class AgentGymBabyAIEnv:
 
     def instruction(self) -> str:
         """The action syntax, shown once at the start of each conversation."""
-        return self.config.instruction or INSTRUCTION
+        default = CLIENT_INSTRUCTION if self.config.agentgym_prompt else INSTRUCTION
+        return self.config.instruction or default
 
     # -- episode -----------------------------------------------------------------
 
@@ -125,6 +155,8 @@ class AgentGymBabyAIEnv:
         """One action, answered as the server answers it."""
         if self.done:
             return StepResult("The episode is over.", 0.0, True, info={"success": True})
+        if self.config.agentgym_prompt:
+            action = client_action(action)
         action = action.lower().strip()
         text = self._act(action)
         suffix = action_list(list(self.view.actions)) if self.config.list_actions else ""

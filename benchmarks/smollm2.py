@@ -1,0 +1,255 @@
+"""The real SmolLM2-135M-Instruct on 2 CPU cores: an update's tokens/s, generation's tokens/s.
+
+Updates (`--update`, in the project's venv): one learner update after another on
+the same batch of 16 trajectories of 384 tokens (a third prompt, then 40% agent
+tokens), each arm in a fresh process, arms interleaved per repeat (the
+machinery of `benchmarks/lora.py --memory`). Arms: `full` (float32), `full:bf16`
+(bfloat16 weights, float32 master copies), `lora` (rank 16 on a float32 base),
+`lora:bf16` (on a bfloat16 base), and `full:all-logits`, the float32 update
+with the output layer run on every position instead of only where the loss
+needs it (what the learner did before it kept logits to agent tokens).
+
+    .venv/bin/python benchmarks/smollm2.py --update --repeats 3
+
+Generation (`--generate`, in the vLLM venv, which has both policies): the same
+16 free-text BabyAI episodes (AgentGym's levels, the action list every turn,
+`--turns` turns, 16 tokens a turn, temperature 1, seeded), played through the
+same `RolloutEngine`, arms interleaved per repeat. Arms: `hf-before` (the `hf`
+policy as it was: transformers' `sdpa` and a cache grown by concatenation),
+`hf` (now: `sdpa_gqa`, a cache with room made once per turn), `hf:bf16`,
+`vllm` (the in-process vLLM engine, float32) and `vllm:bf16`.
+
+    .venv-vllm/bin/python benchmarks/smollm2.py --generate --repeats 2 --turns 6
+
+One prefill (`--prefill`): a first turn's forward pass over 16 prompts of 557
+tokens, float32 and bfloat16, transformers' `sdpa` and agentgym's `sdpa_gqa`.
+
+    .venv/bin/python benchmarks/smollm2.py --prefill --repeats 3
+
+All take the model from `agentgym model fetch smollm2-135m-instruct` (the cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+UPDATE_ARMS = ["full", "full:bf16", "lora", "lora:bf16", "full:all-logits"]
+GENERATE_ARMS = ["hf-before", "hf", "hf:bf16", "vllm", "vllm:bf16"]
+EPISODES = 16
+NEW_TOKENS = 16
+
+
+def model_dir() -> Path:
+    """SmolLM2-135M-Instruct's folder, fetched once per machine."""
+    from agentgym_core.modeling.fetch import fetch
+
+    return fetch("smollm2-135m-instruct", log=None)
+
+
+# -- updates ----------------------------------------------------------------------------------
+
+
+def one_update_run(arm: str, updates: int) -> dict:
+    """In this (fresh) process: `benchmarks/lora.py`'s measurement of one arm on SmolLM2."""
+    import benchmarks.lora as lora
+
+    if arm.endswith(":all-logits"):
+        import agentgym_core.learner.forward as forward
+
+        forward._logits_only_at = lambda model, columns: {}
+        arm = arm.removesuffix(":all-logits")
+    result = lora.one_memory_run(model_dir(), arm, updates)
+    result["tokens_per_s"] = 16 * 384 / result["seconds"]
+    return result
+
+
+def updates(args: argparse.Namespace) -> None:
+    """Every arm in its own process, interleaved per repeat; a markdown table."""
+    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms or UPDATE_ARMS}
+    for _ in range(args.repeats):
+        for arm in runs:
+            command = [
+                sys.executable,
+                __file__,
+                "--one-update",
+                arm,
+                "--updates",
+                str(args.updates),
+            ]
+            out = subprocess.run(command, check=True, capture_output=True, text=True)
+            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    base = statistics.median(r["tokens_per_s"] for r in next(iter(runs.values())))
+    print(f"\nSmolLM2-135M-Instruct, 16 x 384 tokens a batch; median of {args.repeats}\n")
+    print("| arm | trainable | s / update | tokens/s | vs first | peak RSS over baseline MiB |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for arm, results in runs.items():
+        rate = statistics.median(r["tokens_per_s"] for r in results)
+        print(
+            f"| {arm} | {statistics.median(r['trainable'] for r in results) / 1e6:.2f} M | "
+            f"{statistics.median(r['seconds'] for r in results):.2f} | {rate:.0f} | "
+            f"{rate / base:.2f}x | {statistics.median(r['peak_mib'] for r in results):.0f} |"
+        )
+
+
+# -- generation -------------------------------------------------------------------------------
+
+
+def make_policy(arm: str, model, tokenizer):
+    """The arm's policy over the loaded model."""
+    if arm.startswith("vllm"):
+        from agentgym_policy_vllm import VLLMPolicy, VLLMPolicyConfig
+
+        config = VLLMPolicyConfig(kv_cache_gib=2.0, enforce_eager=True, max_num_seqs=64)
+        return VLLMPolicy(config, model=model, tokenizer=tokenizer)
+    from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+
+    return HFPolicy(HFPolicyConfig(), model=model, tokenizer=tokenizer)
+
+
+def load(arm: str):
+    """The model as the arm runs it (hf-before: transformers' sdpa, a cache grown by cat)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import agentgym_core.policies.hf as hf
+    from agentgym_core.modeling.attention import prefer_sdpa_gqa
+    from agentgym_core.policies.growing_cache import growing
+
+    hf.growing = (lambda cache, room: cache) if arm == "hf-before" else growing
+    dtype = torch.bfloat16 if arm.endswith(":bf16") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir(), dtype=dtype)
+    if arm != "hf-before":
+        prefer_sdpa_gqa(model)
+    return model, AutoTokenizer.from_pretrained(model_dir())
+
+
+def play(arm: str, turns: int) -> dict:
+    """The arm's seconds and sampled tokens for the benchmark's episodes."""
+    from agentgym_env_babyai import BabyAIConfig
+    from agentgym_env_babyai.plugin import make_babyai
+
+    from agentgym_core.rollout.chat import ChatFormat
+    from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+
+    model, tokenizer = load(arm)
+    policy = make_policy(arm, model, tokenizer)
+    config = BabyAIConfig(levels="agentgym", list_actions=True)
+    chat = ChatFormat(tokenizer, model.generation_config)
+    engine = RolloutEngine(lambda: make_babyai(config), policy, chat)
+    episodes = [EpisodeSpec(task, group=task) for task in range(EPISODES)]
+    settings = RolloutSettings(
+        max_turns=turns,
+        max_new_tokens=NEW_TOKENS,
+        constrained=False,
+        seed=3,
+        max_context_tokens=4096,
+    )
+    try:
+        start = time.perf_counter()
+        trajectories = engine.run(episodes, settings)
+        seconds = time.perf_counter() - start
+    finally:
+        engine.close()
+        policy.close()
+    sampled = sum(t.num_sampled_tokens for t in trajectories)
+    context = sum(len(t.token_ids) for t in trajectories)
+    return {"arm": arm, "seconds": seconds, "sampled": sampled, "context": context}
+
+
+def generation(args: argparse.Namespace) -> None:
+    """Every arm in its own process, interleaved per repeat; a markdown table."""
+    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms or GENERATE_ARMS}
+    for _ in range(args.repeats):
+        for arm in runs:
+            command = [sys.executable, __file__, "--one-play", arm, "--turns", str(args.turns)]
+            out = subprocess.run(command, check=True, capture_output=True, text=True)
+            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first = next(iter(runs.values()))
+    base = statistics.median(r["seconds"] for r in first)
+    print(
+        f"\n{EPISODES} free-text episodes x {args.turns} turns x {NEW_TOKENS} tokens; "
+        f"median of {args.repeats}\n"
+    )
+    print("| arm | seconds | sampled tokens/s | context tokens | speed vs first |")
+    print("| --- | --- | --- | --- | --- |")
+    for arm, results in runs.items():
+        seconds = statistics.median(r["seconds"] for r in results)
+        sampled = statistics.median(r["sampled"] / r["seconds"] for r in results)
+        context = statistics.median(r["context"] for r in results)
+        print(f"| {arm} | {seconds:.1f} | {sampled:.1f} | {context:.0f} | {base / seconds:.2f}x |")
+
+
+# -- one prefill ------------------------------------------------------------------------------
+
+
+def prefill(args: argparse.Namespace) -> None:
+    """One forward pass over 16 prompts of 557 tokens (a first turn's), left-padded rows."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_core.modeling.attention import register
+
+    register()
+    ids = torch.randint(0, 40_000, (16, 557), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[:8, :5] = 0
+    arms = [(d, a) for d in ("float32", "bfloat16") for a in ("sdpa", "sdpa_gqa")]
+    times: dict[tuple[str, str], list[float]] = {arm: [] for arm in arms}
+    models = {
+        (d, a): AutoModelForCausalLM.from_pretrained(
+            model_dir(), dtype=getattr(torch, d), attn_implementation=a
+        ).eval()
+        for d, a in arms
+    }
+    with torch.no_grad():
+        for _ in range(args.repeats):
+            for arm in arms:
+                start = time.perf_counter()
+                models[arm](input_ids=ids, attention_mask=mask, logits_to_keep=1)
+                times[arm].append(time.perf_counter() - start)
+    print(f"\none forward pass of 16 x 557 tokens; median of {args.repeats}\n")
+    print("| dtype | attention | seconds | tokens/s |")
+    print("| --- | --- | --- | --- |")
+    for (dtype, attention), seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"| {dtype} | {attention} | {median:.2f} | {ids.numel() / median:.0f} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the mode and run it."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--update", action="store_true", help="the update arms")
+    parser.add_argument("--generate", action="store_true", help="the generation arms")
+    parser.add_argument("--prefill", action="store_true", help="one forward pass, 4 ways")
+    parser.add_argument("--arms", nargs="*", help="a subset of the mode's arms, in this order")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--updates", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--one-update", help=argparse.SUPPRESS)
+    parser.add_argument("--one-play", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one_update:
+        print(json.dumps(one_update_run(args.one_update, args.updates)))
+    elif args.one_play:
+        print(json.dumps(play(args.one_play, args.turns)))
+    elif args.update:
+        updates(args)
+    elif args.generate:
+        generation(args)
+    elif args.prefill:
+        prefill(args)
+    else:
+        parser.error("choose --update, --generate or --prefill")
+
+
+if __name__ == "__main__":
+    main()
