@@ -39,3 +39,55 @@ def test_a_full_or_replaced_layer_makes_room_again_and_keeps_its_tokens():
     layer.keys, layer.values = k[:1], v[:1]  # rows picked out, as per_request does
     k, v = layer.update(more[:1, :, :1], more[:1, :, :1])
     assert k.shape == (1, 1, 9, 2) and torch.equal(k[0, :, :3], keys[0])
+
+
+def test_a_batch_of_cached_sessions_is_prefilled_and_decoded_in_the_buffers_it_was_built_in(
+    tiny_model,
+):
+    """The prefix cache's batch has room for the tail and the turn: no copy of the cache
+    after it is assembled, attention over the whole (contiguous) buffer with the room
+    masked, and the logits of recomputing everything."""
+    from agentgym_core.policies.prefix_cache import PrefixCache
+
+    model, _ = tiny_model
+    model.eval()
+    store = PrefixCache()
+    turns = [[5, 9, 11, 3, 7, 2, 8], [4, 4, 8, 1]]
+    with torch.no_grad():
+        for session, tokens in enumerate(turns):
+            out = model(input_ids=torch.tensor([tokens]), use_cache=True)
+            store.store([session], [tokens], out.past_key_values, torch.ones(1, len(tokens)))
+        prompts = [turns[0] + [6, 3], turns[1] + [9, 9, 9]]
+        entries = [store.lookup(s, p, take=True) for s, p in enumerate(prompts)]
+        assert len(store) == 0  # taken: the old keys go once copied into the batch
+        pre = store.prefill(prompts, entries, pad_id=0, room=2)
+        buffers = [layer._key_buffer.data_ptr() for layer in pre.cache.layers]
+        out = model(
+            input_ids=pre.input_ids,
+            attention_mask=pre.attention_mask,
+            position_ids=pre.position_ids,
+            past_key_values=pre.cache,
+            use_cache=True,
+        )
+        attention, position = pre.attention_mask.clone(), pre.position_ids[:, -1:]
+        width = attention.shape[1] - 2  # the mask covers the room: zeros until decoded into
+        decoded = [list(p) for p in prompts]
+        for step in range(2):
+            assert pre.cache.get_mask_sizes(1, 0) == (attention.shape[1], 0)  # the whole buffer
+            token = torch.tensor([[3 + step], [7]])
+            for row, t in enumerate(token[:, 0].tolist()):
+                decoded[row].append(t)
+            attention[:, width + step] = 1
+            position = position + 1
+            out = model(
+                input_ids=token,
+                attention_mask=attention,
+                position_ids=position,
+                past_key_values=pre.cache,
+                use_cache=True,
+            )
+            for row, tokens in enumerate(decoded):
+                whole = model(input_ids=torch.tensor([tokens])).logits[0, -1]
+                torch.testing.assert_close(out.logits[row, -1], whole, rtol=0, atol=1e-5)
+    assert [layer._key_buffer.data_ptr() for layer in pre.cache.layers] == buffers
+    assert all(layer.keys.shape[-2] == attention.shape[1] for layer in pre.cache.layers)

@@ -5,12 +5,22 @@ transformers' `DynamicCache` appends each decoded token's keys and values with
 bytes per turn. A 20-turn episode's context reaches thousands of tokens, so on
 a CPU that copying, not the model, dominated decoding. `GrowingLayer` keeps
 each layer's keys and values in a buffer with room to spare and writes new
-tokens into it; the keys the model attends over are a view of the filled part.
-When the room runs out it doubles (one copy); `growing` gives a prefilled
-cache exactly the room the turn needs, so a turn copies its cache once.
+tokens into it. With `whole=True` the model attends over the whole buffer, the
+room masked out (as transformers' static cache does): a view of the filled part
+is not contiguous, and PyTorch's CPU matrix products copy such a view first,
+which made a decoded token's attention 3x slower in bfloat16. The caller then
+passes a 2D attention mask that covers the buffer, zeros over the room (without
+one, transformers drops the mask of a single query and the room would be
+attended). Otherwise it attends over a view of the filled part. When the room
+runs out it doubles (one copy). The prefix cache assembles a
+batch's cached keys straight into such buffers (`GrowingLayer.zeros`), with room
+for the new tail and the turn's tokens, so a turn copies its cache once;
+`growing` does the same for a cache that was made some other way.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -19,10 +29,39 @@ from transformers.cache_utils import Cache, DynamicLayer
 class GrowingLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values are views of buffers with room to grow."""
 
-    def __init__(self) -> None:
+    def __init__(self, reserve: int = 0, whole: bool = False) -> None:
         super().__init__()
+        self.reserve = reserve
+        """Room made beyond the tokens of an empty layer's first update."""
+        self.whole = whole
+        """Attend over the whole buffer: the caller's mask covers the room (module docstring)."""
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
+
+    @classmethod
+    def zeros(
+        cls,
+        rows: int,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        filled: int,
+        room: int,
+        whole: bool = False,
+    ) -> GrowingLayer:
+        """`rows` rows of `filled` zero tokens with `room` free, to be written in place.
+
+        Shaped like `keys` and `values` ([heads, tokens, dim]).
+        """
+        layer = cls(whole=whole)
+        layer.lazy_initialization(keys, values)
+        heads, _, dim = keys.shape
+        layer._key_buffer = keys.new_zeros((rows, heads, filled + room, dim))
+        layer._value_buffer = values.new_zeros(
+            (rows, values.shape[0], filled + room, values.shape[2])
+        )
+        layer.keys = layer._key_buffer[..., :filled, :]
+        layer.values = layer._value_buffer[..., :filled, :]
+        return layer
 
     def make_room(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
         """Hold `keys` and `values` ([batch, heads, tokens, dim]) with `room` tokens free."""
@@ -30,8 +69,9 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(keys, values)
         filled = keys.shape[-2]
         shape = (*keys.shape[:-2], filled + room, keys.shape[-1])
-        self._key_buffer = keys.new_empty(shape)
-        self._value_buffer = values.new_empty((*shape[:-1], values.shape[-1]))
+        # zeros, not garbage: masked columns still enter the products, and NaN x 0 is NaN
+        self._key_buffer = keys.new_zeros(shape)
+        self._value_buffer = values.new_zeros((*shape[:-1], values.shape[-1]))
         self._key_buffer[..., :filled, :] = keys
         self._value_buffer[..., :filled, :] = values
         self.keys = self._key_buffer[..., :filled, :]
@@ -40,31 +80,61 @@ class GrowingLayer(DynamicLayer):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new tokens after the filled part; returns every token's keys and values."""
+        """Write the new tokens after the filled part.
+
+        Returns the whole buffers when they had room for the tokens (`get_mask_sizes`
+        promised the model a mask that wide), else the filled part, made room for.
+        """
         new = key_states.shape[-2]
+        fits = self._fits(new)
         if not self.is_initialized or self.keys.numel() == 0:
-            self.make_room(key_states[..., :0, :], value_states[..., :0, :], new)
+            self.make_room(key_states[..., :0, :], value_states[..., :0, :], new + self.reserve)
+        elif not fits:
+            self.make_room(self.keys, self.values, max(new, self.keys.shape[-2]))
         filled = self.keys.shape[-2]
-        buffer = self._key_buffer
-        if (
-            buffer is None
-            or self.keys.data_ptr() != buffer.data_ptr()  # someone replaced the keys
-            or self.keys.shape[:-2] != buffer.shape[:-2]
-            or filled + new > buffer.shape[-2]
-        ):
-            self.make_room(self.keys, self.values, max(new, filled))
         self._key_buffer[..., filled : filled + new, :] = key_states
         self._value_buffer[..., filled : filled + new, :] = value_states
         self.keys = self._key_buffer[..., : filled + new, :]
         self.values = self._value_buffer[..., : filled + new, :]
+        if self.whole and fits:
+            return self._key_buffer, self._value_buffer
         return self.keys, self.values
 
+    def drop(self) -> None:
+        """Free the buffers (their rows were copied out)."""
+        self._key_buffer = self._value_buffer = None
+        self.keys = self.values = None
+        self.is_initialized = False
 
-def growing(cache: Cache, room: int) -> Cache:
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """The mask's width: the whole buffer when the query fits in its room."""
+        if self.whole and self._fits(query_length):
+            return self._key_buffer.shape[-2], 0
+        return super().get_mask_sizes(query_length)
+
+    def _fits(self, new: int) -> bool:
+        """The buffer holds the keys (nobody replaced them) with room for `new` tokens."""
+        buffer = self._key_buffer
+        return (
+            buffer is not None
+            and self.is_initialized
+            and self.keys.numel() > 0
+            and self.keys.data_ptr() == buffer.data_ptr()
+            and self.keys.shape[:-2] == buffer.shape[:-2]
+            and self.keys.shape[-2] + new <= buffer.shape[-2]
+        )
+
+
+def growing_layers(reserve: int, whole: bool = False) -> Cache:
+    """An empty cache whose layers, at their first update, make `reserve` tokens of room."""
+    return Cache(layer_class_to_replicate=functools.partial(GrowingLayer, reserve, whole))
+
+
+def growing(cache: Cache, room: int, whole: bool = False) -> Cache:
     """A cache holding `cache`'s keys and values (copied once) with `room` tokens free per layer."""
     layers = []
     for layer in cache.layers:
-        grown = GrowingLayer()
+        grown = GrowingLayer(whole=whole)
         grown.make_room(layer.keys, layer.values, room)
         layers.append(grown)
     return Cache(layers=layers)

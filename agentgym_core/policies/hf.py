@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import ctypes
 import dataclasses
 import threading
 import time
@@ -203,19 +204,28 @@ class HFPolicy:
             self._decode(batch, device)
         finally:
             self.model.train(was_training)
+            if device.type == "cpu":
+                release_freed_memory()
 
     def _decode(self, batch: list[Request], device: torch.device) -> None:
         clock = _Clock(self.seconds, device)
         use_cache = self.config.prefix_cache
-        entries = [self.cache.lookup(r.session, r.prompt) if use_cache else None for r in batch]
+        # taken, not looked up: a session's old keys are freed once copied into the batch
+        entries = [
+            self.cache.lookup(r.session, r.prompt, take=True) if use_cache else None for r in batch
+        ]
         rows, firsts = shared_rows([r.prompt for r in batch], entries)
+        longest = max(r.params.max_new_tokens for r in batch)
         pre = self.cache.prefill(
-            [batch[i].prompt for i in firsts], [entries[i] for i in firsts], self.pad_id
+            [batch[i].prompt for i in firsts], [entries[i] for i in firsts], self.pad_id, longest
         )
+        del entries
+        prefill_width = pre.attention_mask.shape[1] - longest
+        mask = pre.attention_mask  # covering the cache's room: zeros until a token is decoded
         clock.lap("kv_cache")
         out = self.model(
             input_ids=pre.input_ids.to(device),
-            attention_mask=pre.attention_mask.to(device),
+            attention_mask=mask.to(device),
             position_ids=pre.position_ids.to(device),
             past_key_values=pre.cache,
             use_cache=True,
@@ -223,20 +233,21 @@ class HFPolicy:
         )
         # each request's row of its prompt's prefill: logits, keys, values, mask, position
         out.logits, attention, last_position = per_request(
-            rows, out.logits, pre.attention_mask.to(device), pre.position_ids[:, -1:].to(device)
+            rows, out.logits, mask.to(device), pre.position_ids[:, -1:].to(device)
         )
-        for layer in out.past_key_values.layers:
-            layer.keys, layer.values = per_request(rows, layer.keys, layer.values)
-        longest = max(r.params.max_new_tokens for r in batch)
-        cache = growing(out.past_key_values, room=longest)  # decoded tokens written in place
+        cache = pre.cache  # decoded tokens are written in place, into the room it was made with
+        if len(rows) != len(firsts):  # a shared prompt's rows were copied out: room made anew
+            for layer in cache.layers:
+                layer.keys, layer.values = per_request(rows, layer.keys, layer.values)
+            cache = growing(cache, room=longest, whole=True)
         generators = [self.sampler.generator(r.params, device) for r in batch]
         clock.lap("prefill")
-        for _ in range(longest):
+        for step in range(longest):
             next_ids, real = self.sampler.sample(batch, out.logits[:, -1, :].float(), generators)
             clock.lap("sampling")
             if all(r.done for r in batch):
                 break
-            attention = torch.cat([attention, real.to(device).unsqueeze(1)], dim=1)
+            attention[:, prefill_width + step] = real.to(device)
             last_position = last_position + 1
             out = self.model(
                 input_ids=next_ids.to(device).unsqueeze(1),
@@ -248,19 +259,38 @@ class HFPolicy:
             )
             clock.lap("decode")
         if use_cache:
-            self._keep(batch, cache, attention, pre.attention_mask.shape[1])
+            # each row's prompt and the tokens fed back (a row's last sampled token never is)
+            fed = attention[:, prefill_width:].sum(dim=1).tolist()
+            self.cache.store(
+                [r.session for r in batch],
+                [r.prompt + r.tokens[: int(n)] for r, n in zip(batch, fed, strict=True)],
+                cache,
+                attention,
+            )
             clock.lap("kv_cache")
 
-    def _keep(
-        self, batch: list[Request], cache: Any, attention: torch.Tensor, prefill: int
-    ) -> None:
-        for row, request in enumerate(batch):
-            if request.session is None:
-                continue
-            fed = int(attention[row, prefill:].sum())
-            self.cache.store(
-                request.session, row, request.prompt + request.tokens[:fed], cache, attention
-            )
+
+def release_freed_memory() -> None:
+    """Give the heap's freed pages back to the system (glibc only; elsewhere nothing).
+
+    A turn's batch cache is hundreds of MB in tensors too small for glibc to map
+    on their own; freed, they stay in the generation thread's arena, which an
+    episode's growing context fragments: resident memory then climbed to several
+    times the live keys and values.
+    """
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> Any:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc()
 
 
 def generation_thread(threads: int) -> concurrent.futures.ThreadPoolExecutor:

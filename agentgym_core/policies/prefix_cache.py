@@ -16,7 +16,12 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
+
+from agentgym_core.policies.growing_cache import GrowingLayer, growing_layers
+
+KeysValues = tuple[torch.Tensor, torch.Tensor]
+"""One layer's keys and values."""
 
 
 @dataclass
@@ -33,8 +38,11 @@ class Prefill:
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
+    """Each row's cached and new tokens, then `room` zeros: it covers the cache's room."""
     position_ids: torch.Tensor
-    cache: DynamicCache
+    cache: Cache
+    """The rows' cached keys and values, in buffers with room for the new tokens and
+    `room` more (`GrowingLayer`): the prefill and the decode write into them in place."""
     reused: list[int]
     """Cached prefix length used for each row."""
 
@@ -66,73 +74,105 @@ class PrefixCache:
         with self._lock:
             self._entries.clear()
 
-    def lookup(self, session: Hashable | None, prompt: Sequence[int]) -> Entry | None:
-        """The session's entry if its tokens are a strict prefix of `prompt`."""
+    def lookup(
+        self, session: Hashable | None, prompt: Sequence[int], *, take: bool = False
+    ) -> Entry | None:
+        """The session's entry if its tokens are a strict prefix of `prompt`.
+
+        `take` also forgets it, for a caller that will store the session's longer
+        state: its keys are then freed as soon as they are copied into a batch, not
+        kept beside the batch's copy until the turn ends.
+        """
         if session is None:
             return None
         with self._lock:
-            entry = self._entries.get(session)
+            entry = self._entries.pop(session, None) if take else self._entries.get(session)
             if entry is None:
                 return None
             n = len(entry.token_ids)
             if n >= len(prompt) or list(prompt[:n]) != entry.token_ids:
                 self._entries.pop(session, None)
                 return None
-            self._entries.move_to_end(session)
+            if not take:
+                self._entries.move_to_end(session)
             return entry
 
     def prefill(
-        self, prompts: Sequence[Sequence[int]], entries: Sequence[Entry | None], pad_id: int
+        self,
+        prompts: Sequence[Sequence[int]],
+        entries: Sequence[Entry | None],
+        pad_id: int,
+        room: int = 0,
     ) -> Prefill:
-        """Batch inputs that run only each prompt's uncached tail."""
+        """Batch inputs that run only each prompt's uncached tail; `room`: tokens to decode."""
         reused = [len(e.token_ids) if e else 0 for e in entries]
         new = [list(p[r:]) for p, r in zip(prompts, reused, strict=True)]
         cached_width, new_width = max(reused), max(len(n) for n in new)
         rows = len(prompts)
         ids = torch.full((rows, new_width), pad_id, dtype=torch.long)
         positions = torch.zeros((rows, new_width), dtype=torch.long)
-        attention = torch.zeros((rows, cached_width + new_width), dtype=torch.long)
+        attention = torch.zeros((rows, cached_width + new_width + room), dtype=torch.long)
         for i, (tail, start) in enumerate(zip(new, reused, strict=True)):
             ids[i, new_width - len(tail) :] = torch.tensor(tail)
             positions[i, new_width - len(tail) :] = torch.arange(start, start + len(tail))
             attention[i, cached_width - start : cached_width] = 1
-            attention[i, cached_width + new_width - len(tail) :] = 1
+            attention[i, cached_width + new_width - len(tail) : cached_width + new_width] = 1
         self.reused_tokens += sum(reused)
         self.computed_tokens += sum(len(n) for n in new)
-        return Prefill(ids, attention, positions, self._batch_cache(entries, cached_width), reused)
+        cache = self._batch_cache(entries, cached_width, new_width, room)
+        return Prefill(ids, attention, positions, cache, reused)
 
     @staticmethod
-    def _batch_cache(entries: Sequence[Entry | None], width: int) -> DynamicCache:
+    def _batch_cache(entries: Sequence[Entry | None], width: int, tail: int, room: int) -> Cache:
+        """The entries' keys and values right-aligned in `width` columns.
+
+        With room for the `tail` tokens prefilled next and `room` decoded after them.
+        """
         template = next((e for e in entries if e is not None), None)
         if template is None or width == 0:
-            return DynamicCache()
+            return growing_layers(room, whole=True)
         layers = []
         for index, (keys, values) in enumerate(template.layers):
-            batch_keys = keys.new_zeros((len(entries), keys.shape[0], width, keys.shape[2]))
-            batch_values = values.new_zeros((len(entries), values.shape[0], width, values.shape[2]))
+            layer = GrowingLayer.zeros(len(entries), keys, values, width, tail + room, whole=True)
             for row, entry in enumerate(entries):
                 if entry is not None:
                     k, v = entry.layers[index]
-                    batch_keys[row, :, width - k.shape[1] :] = k
-                    batch_values[row, :, width - v.shape[1] :] = v
-            layers.append((batch_keys, batch_values))
-        return DynamicCache(ddp_cache_data=layers)
+                    layer.keys[row, :, width - k.shape[1] :] = k
+                    layer.values[row, :, width - v.shape[1] :] = v
+            layers.append(layer)
+        return Cache(layers=layers)
 
     def store(
         self,
-        session: Hashable,
-        row: int,
-        token_ids: list[int],
-        cache: DynamicCache,
+        sessions: Sequence[Hashable | None],
+        token_ids: Sequence[list[int]],
+        cache: Cache,
         attention_mask: torch.Tensor,
     ) -> None:
-        """Keep row `row` of a batch cache: the columns its mask marks, which hold `token_ids`."""
-        self.store_row(
-            session,
-            token_ids,
-            [(layer.keys[row], layer.values[row]) for layer in cache.layers],
-            attention_mask[row],
-        )
+        """Keep each row of a batch cache that has a session; consumes `cache`.
+
+        A row keeps the columns its mask marks, which hold its `token_ids`. Layer by
+        layer, each layer's batch buffers dropped once its rows are copied out: memory
+        then peaks at one copy of the sessions' keys and values plus one layer,
+        not two copies (a row's columns are not contiguous, so each is copied).
+        """
+        kept = [row for row, session in enumerate(sessions) if session is not None]
+        width = cache.layers[0].keys.shape[-2]
+        columns = {row: attention_mask[row, :width].nonzero().squeeze(1) for row in kept}
+        # a layout not understood: recompute next turn rather than risk a wrong cache
+        kept = [row for row in kept if len(columns[row]) == len(token_ids[row])]
+        layers: dict[int, list[KeysValues]] = {row: [] for row in kept}
+        for layer in cache.layers:
+            for row in kept:
+                keys, values = layer.keys[row], layer.values[row]
+                layers[row].append(
+                    (keys.index_select(1, columns[row]), values.index_select(1, columns[row]))
+                )
+            drop = getattr(layer, "drop", None)
+            if drop is not None:
+                drop()
+        for row in kept:
+            self._put(sessions[row], list(token_ids[row]), layers.pop(row))
 
     def store_row(
         self,
@@ -147,8 +187,16 @@ class PrefixCache:
         if len(columns) != len(token_ids):
             return  # layout not understood: recompute next turn rather than risk a wrong cache
         layers = [(k.index_select(1, columns), v.index_select(1, columns)) for k, v in layers]
+        self._put(session, list(token_ids), layers)
+
+    def _put(
+        self,
+        session: Hashable,
+        token_ids: list[int],
+        layers: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
         with self._lock:
-            self._entries[session] = Entry(list(token_ids), layers)
+            self._entries[session] = Entry(token_ids, layers)
             self._entries.move_to_end(session)
             while len(self._entries) > self.max_sessions:
                 self._entries.popitem(last=False)
