@@ -735,8 +735,10 @@ def test_an_evaluation_can_lift_the_constraint_so_the_env_gets_what_the_model_wr
     assert sum(not valid for _, valid in free) > len(free) // 2
 
 
-def test_on_done_hears_of_every_episode_as_it_ends(tiny_model):
+def test_on_done_hears_of_every_episode_as_it_ends_and_on_turn_of_every_step(tiny_model):
     engine = _engine(tiny_model)
-    seen = []
-    out = engine.run(_episodes(3, 2), RolloutSettings(max_turns=2, seed=1), seen.append)
+    seen, turns = [], []
+    settings = RolloutSettings(max_turns=2, seed=1)
+    out = engine.run(_episodes(3, 2), settings, seen.append, lambda: turns.append(1))
     assert len(seen) == 6 and {id(t) for t in seen} == {id(t) for t in out}
+    assert len(turns) == sum(len(t.turns) for t in out) > 6

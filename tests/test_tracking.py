@@ -316,12 +316,16 @@ def test_episode_progress_says_episodes_done_and_success_so_far_every_so_often()
         SimpleNamespace(success=False, error="EnvCallTimeout: reset"),
         SimpleNamespace(success=True, error=None),
     ]
-    for seconds, trajectory in zip([5, 31, 40, 70], episode, strict=True):
+    now[0] = 30
+    for _ in range(7):  # turns of episodes still running: a line even before any ends
+        progress.turn()
+    for seconds, trajectory in zip([35, 61, 70, 80], episode, strict=True):
         now[0] = seconds
         progress(trajectory)
     assert lines == [
-        "[eval] episodes 2/4  success 0.500  env errors 0  31 s",
-        "[eval] episodes 4/4  success 0.667  env errors 1  70 s",
+        "[eval] episodes 0/4  turns 1  success -  env errors 0  30 s",
+        "[eval] episodes 2/4  turns 7  success 0.500  env errors 0  61 s",
+        "[eval] episodes 4/4  turns 7  success 0.667  env errors 1  80 s",
     ]
     quick: list[str] = []
     short = EpisodeProgress(2, "update 1", every_s=30, write=quick.append, clock=lambda: 1.0)

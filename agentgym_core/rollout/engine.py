@@ -209,18 +209,21 @@ class RolloutEngine:
         episodes: Sequence[EpisodeSpec],
         settings: RolloutSettings,
         on_done: Callable[[Trajectory], None] | None = None,
+        on_turn: Callable[[], None] | None = None,
     ) -> list[Trajectory]:
         """Play every episode; returns trajectories in the order of `episodes`.
 
-        `on_done(trajectory)` is called as each episode ends (progress lines).
+        `on_done(trajectory)` is called as each episode ends and `on_turn()` after each
+        env step of any episode (progress lines, even while every episode is mid-way).
         """
-        return asyncio.run(self.run_async(episodes, settings, on_done))
+        return asyncio.run(self.run_async(episodes, settings, on_done, on_turn))
 
     async def run_async(
         self,
         episodes: Sequence[EpisodeSpec],
         settings: RolloutSettings,
         on_done: Callable[[Trajectory], None] | None = None,
+        on_turn: Callable[[], None] | None = None,
     ) -> list[Trajectory]:
         """Async form of `run`, for callers that already own an event loop.
 
@@ -233,7 +236,7 @@ class RolloutEngine:
 
         async def bounded(spec: EpisodeSpec) -> Trajectory:
             async with slots:
-                trajectory = await self._episode(spec, settings, frames=spec in framed)
+                trajectory = await self._episode(spec, settings, spec in framed, on_turn)
             if on_done is not None:
                 on_done(trajectory)
             return trajectory
@@ -247,13 +250,17 @@ class RolloutEngine:
         return await self.threads.call(settings.env_timeout_s, fn, *args)
 
     async def _episode(
-        self, spec: EpisodeSpec, settings: RolloutSettings, *, frames: bool = False
+        self,
+        spec: EpisodeSpec,
+        settings: RolloutSettings,
+        frames: bool = False,
+        on_turn: Callable[[], None] | None = None,
     ) -> Trajectory:
         trajectory = Trajectory(task_id=spec.task_id, group=spec.group)
         env = self.pool.acquire()
         session = next(self._sessions)
         try:
-            await self._play(env, spec, settings, trajectory, session, frames)
+            await self._play(env, spec, settings, trajectory, session, frames, on_turn)
         except (PolicyError, contract.EnvironmentContractError):  # stop the run, not one episode
             await self._discard(env, settings, None)
             raise
@@ -309,6 +316,7 @@ class RolloutEngine:
         traj: Trajectory,
         session: int,
         frames: bool = False,
+        on_turn: Callable[[], None] | None = None,
     ) -> None:
         observation = await self._open(env, spec, settings, traj)
         render = await self._first_frame(env, settings, traj, frames)
@@ -344,6 +352,8 @@ class RolloutEngine:
                 )
             )
             traj.reward += float(result.reward)
+            if on_turn is not None:
+                on_turn()
             if render is not None:
                 traj.frames.append(await self._frame(settings, render))  # type: ignore[union-attr]
             if result.done or result.truncated:

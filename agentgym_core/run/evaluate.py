@@ -81,7 +81,9 @@ def run_evaluation(
     mine = distributed.shard(episodes)
     show = settings.progress and distributed.is_main()
     progress = EpisodeProgress(len(mine), "eval") if show else None
-    trajectories = distributed.gather(engine.run(mine, play, progress))
+    trajectories = distributed.gather(
+        engine.run(mine, play, progress, progress.turn if progress else None)
+    )
     trajectories = _replay_env_errors(engine, episodes, trajectories, settings, play)
     metrics = summarize(trajectories, settings.k)
     metrics["partial"] = float(bool(recovery.env_errors(trajectories)))

@@ -144,7 +144,7 @@ class RolloutStep:
         progress = None
         if distributed.is_main():  # a real model's update plays for minutes
             progress = EpisodeProgress(len(shard), f"update {step + 1}", every_s=60.0)
-        played = self.engine.run(shard, settings, progress)
+        played = self.engine.run(shard, settings, progress, progress.turn if progress else None)
         mine, replayed = replay_env_errors(self.engine, shard, played, settings)
         batch = TrajectoryBatch(distributed.gather(mine))
         metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)

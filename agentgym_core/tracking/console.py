@@ -89,7 +89,8 @@ class EpisodeProgress:
     A callback for `RolloutEngine.run(on_done=...)`: an evaluation of a real model
     runs for minutes, and a line (not a bar) says where it is in a log as on a terminal.
     The first line comes `every_s` in, so a short run prints none; once one has
-    printed, the last episode prints one too.
+    printed, the last episode prints one too. `turn` (for `on_turn`) counts env steps:
+    episodes played side by side all end near the end, and the turns say it moves.
     """
 
     def __init__(
@@ -105,7 +106,7 @@ class EpisodeProgress:
         self.write = write or (lambda line: tqdm.write(line, file=sys.stderr))
         self.clock = clock
         self.start = self.last = clock()
-        self.done = self.successes = self.env_errors = 0
+        self.done = self.successes = self.env_errors = self.turns = 0
         self.printed = False
 
     def __call__(self, trajectory: Any) -> None:
@@ -115,19 +116,26 @@ class EpisodeProgress:
             self.env_errors += 1
         elif trajectory.success:
             self.successes += 1
+        self._print_if_due(last=self.done == self.total)
+
+    def turn(self) -> None:
+        """Count one env step of any episode; print if due."""
+        self.turns += 1
+        self._print_if_due(last=False)
+
+    def _print_if_due(self, last: bool) -> None:
         now = self.clock()
-        due = now - self.last >= self.every_s
-        if due or (self.done == self.total and self.printed):
+        if now - self.last >= self.every_s or (last and self.printed):
             self.last, self.printed = now, True
             self.write(self.line(now))
 
     def line(self, now: float) -> str:
-        """`[eval] episodes 30/90  success 0.433  env errors 0  95 s`."""
+        """`[eval] episodes 30/90  turns 912  success 0.433  env errors 0  95 s`."""
         scored = self.done - self.env_errors
         success = f"{self.successes / scored:.3f}" if scored else "-"
         return (
-            f"[{self.label}] episodes {self.done}/{self.total}  success {success}  "
-            f"env errors {self.env_errors}  {now - self.start:.0f} s"
+            f"[{self.label}] episodes {self.done}/{self.total}  turns {self.turns}  "
+            f"success {success}  env errors {self.env_errors}  {now - self.start:.0f} s"
         )
 
 
