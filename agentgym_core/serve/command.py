@@ -89,7 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=["agentgym", "openenv"],
         default="agentgym",
         help="agentgym: AgentGym's HTTP protocol (default); openenv: OpenEnv's, sessions on "
-        "/ws (TRL, SkyRL, torchforge), see docs/openenv.md",
+        "/ws (TRL, SkyRL), see docs/openenv.md",
     )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     serve.set_defaults(func=cmd_serve_env)

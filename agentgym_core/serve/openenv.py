@@ -1,7 +1,7 @@
 """`agentgym serve-env NAME --protocol openenv`: any installed environment as an OpenEnv server.
 
-OpenEnv (`openenv-core`) is the env interface TRL's GRPOTrainer, SkyRL and
-torchforge consume. Its plain HTTP `/reset` and `/step` make a fresh
+OpenEnv (`openenv-core`) is the env interface TRL's GRPOTrainer and SkyRL
+consume. Its plain HTTP `/reset` and `/step` make a fresh
 environment per request, so a multi-turn episode lives in a WebSocket
 session on `/ws`: one connection, one environment instance, messages
 `{"type": "reset" | "step" | "state" | "close", "data": {...}}`, answered by
