@@ -26,6 +26,12 @@ tokens, float32 and bfloat16, transformers' `sdpa` and agentgym's `sdpa_gqa`.
 
     .venv/bin/python benchmarks/smollm2.py --prefill --repeats 3
 
+Long turns (`--long-turns`): the `hf` policy in bfloat16 on 32 sessions whose
+first prompts are 2,000 random tokens, then 3 turns of 100 new tokens each and
+16 sampled; per turn its time by part (the policy's timers) and resident memory.
+
+    .venv/bin/python benchmarks/smollm2.py --long-turns --turns 3
+
 All take the model from `agentgym model fetch smollm2-135m-instruct` (the cache).
 """
 
@@ -224,12 +230,66 @@ def prefill(args: argparse.Namespace) -> None:
         print(f"| {dtype} | {attention} | {median:.2f} | {ids.numel() / median:.0f} |")
 
 
+# -- long turns -------------------------------------------------------------------------------
+
+
+def long_turns(args: argparse.Namespace, sessions: int = 32, context: int = 2_000) -> None:
+    """Turns of `sessions` episodes at `context` tokens: where a turn's time and memory go."""
+    import asyncio
+    import resource
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym_core.interfaces import SamplingParams
+    from agentgym_core.modeling.attention import prefer_sdpa_gqa
+    from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir(), dtype=torch.bfloat16)
+    prefer_sdpa_gqa(model)
+    policy = HFPolicy(
+        HFPolicyConfig(), model=model, tokenizer=AutoTokenizer.from_pretrained(model_dir())
+    )
+    draw = torch.Generator().manual_seed(0)
+    prompts = [
+        torch.randint(100, 40_000, (context,), generator=draw).tolist() for _ in range(sessions)
+    ]
+    params = SamplingParams(max_new_tokens=16, temperature=1.0)
+
+    def resident_mib() -> int:
+        status = Path("/proc/self/status").read_text()
+        return int(status.split("VmRSS:")[1].split()[0]) // 1024
+
+    async def turns() -> None:
+        nonlocal prompts
+        print("| turn | context | seconds | prefill | decode | kv_cache | RSS MiB |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for turn in range(args.turns):
+            policy.seconds.clear()
+            start = time.perf_counter()
+            outs = await asyncio.gather(
+                *(policy.generate(p, params, session=i) for i, p in enumerate(prompts))
+            )
+            took, parts = time.perf_counter() - start, policy.seconds
+            print(
+                f"| {turn} | {len(prompts[0])} | {took:.1f} | {parts['prefill']:.1f} | "
+                f"{parts['decode']:.1f} | {parts['kv_cache']:.1f} | {resident_mib()} |"
+            )
+            tails = [torch.randint(100, 40_000, (100,), generator=draw).tolist() for _ in outs]
+            prompts = [p + o.token_ids + t for p, o, t in zip(prompts, outs, tails, strict=True)]
+
+    asyncio.run(turns())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(f"\n{sessions} sessions, first prompts of {context} tokens; peak RSS {peak} MiB")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse the mode and run it."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--update", action="store_true", help="the update arms")
     parser.add_argument("--generate", action="store_true", help="the generation arms")
     parser.add_argument("--prefill", action="store_true", help="one forward pass, 4 ways")
+    parser.add_argument("--long-turns", action="store_true", help="hf turns at long contexts")
     parser.add_argument("--arms", nargs="*", help="a subset of the mode's arms, in this order")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--turns", type=int, default=6)
@@ -247,8 +307,10 @@ def main(argv: list[str] | None = None) -> None:
         generation(args)
     elif args.prefill:
         prefill(args)
+    elif args.long_turns:
+        long_turns(args)
     else:
-        parser.error("choose --update, --generate or --prefill")
+        parser.error("choose --update, --generate, --prefill or --long-turns")
 
 
 if __name__ == "__main__":
