@@ -35,6 +35,11 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.harness.stats import half_width  # noqa: E402
+
 LEVELS = ["GoToObj", "GoToLocal", "PickupDist", "OpenDoor", "PutNextLocalS5N3"]
 ENV = {"name": "babyai", "levels": LEVELS, "list_actions": False}
 LR, MAX_NEW_TOKENS = 1e-3, 12
@@ -213,12 +218,10 @@ def spawn(which: str, model: Path, args: argparse.Namespace, seed: int) -> dict:
 
 def interval(values: list[float]) -> str:
     """Mean and a 95% interval over seeds (t, n-1 degrees of freedom)."""
-    t95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36}
     mean = statistics.mean(values)
     if len(values) < 2:
         return f"{mean:.3f}"
-    half = t95.get(len(values), 2.0) * statistics.stdev(values) / len(values) ** 0.5
-    return f"{mean:.3f} ± {half:.3f}"
+    return f"{mean:.3f} ± {half_width(values):.3f}"
 
 
 def report(runs: dict[str, list[dict]], untrained: float, args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.spec import Scenario
+from benchmarks.harness.stats import MIN_SEEDS_FOR_A_VERDICT, half_width
 
 SMOOTH = 10
 """Updates in the moving average of training success (curves and the drop measure)."""
@@ -90,18 +91,6 @@ def largest_drop(values: Sequence[float]) -> float:
         best = max(best, value)
         drop = max(drop, best - value)
     return drop
-
-
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
-"""Student's t at 0.975 by degrees of freedom (1.96, the normal's, past these)."""
-
-
-def half_width(values: Sequence[float]) -> float:
-    """Half the width of the 95% interval of the mean over `values` (two or more)."""
-    n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return T_975.get(n - 1, 1.96) * sd / math.sqrt(n)
 
 
 def spread(values: Iterable[float]) -> str:
@@ -237,7 +226,10 @@ def _difference(values: list[float]) -> str:
     if len(values) == 1:
         return f"{mean:+.3f} (one seed)"
     half = half_width(values)
-    verdict = "no difference shown" if abs(mean) <= half else "shown"
+    if len(values) < MIN_SEEDS_FOR_A_VERDICT:
+        verdict = f"{len(values)} seeds, no verdict"
+    else:
+        verdict = "no difference shown" if abs(mean) <= half else "shown"
     return f"{mean:+.3f} ± {half:.3f}: {verdict}"
 
 
