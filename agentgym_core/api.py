@@ -109,6 +109,7 @@ if TYPE_CHECKING:
     )
     from agentgym_core.policies.constraints import ActionConstraint
     from agentgym_core.rollout.chat import ChatFormat
+    from agentgym_core.rollout.engine import PolicyError
     from agentgym_core.rollout.text import ChatMessage, ContextWindowExceeded, Message, TextPolicy
     from agentgym_core.run.kinds import StageContext, StageOutcome, run_stage
     from agentgym_core.sandbox import (
@@ -152,6 +153,7 @@ _LAZY = {
     ),
     "agentgym_core.policies.constraints": ("ActionConstraint",),
     "agentgym_core.rollout.chat": ("ChatFormat",),
+    "agentgym_core.rollout.engine": ("PolicyError",),
     "agentgym_core.rollout.text": ("ChatMessage", "ContextWindowExceeded", "Message", "TextPolicy"),
     "agentgym_core.sandbox": (
         "PythonSandbox",
@@ -194,6 +196,7 @@ __all__ = [
     "OfflineAlgorithm",
     "OfflineDataset",
     "Policy",
+    "PolicyError",
     "Problem",
     "PythonSandbox",
     "Register",

@@ -19,14 +19,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.api import ChatFormat, full_weights
+from agentgym_core.api import ChatFormat, PolicyError, full_weights
 
 PROBE = ("Say what you see.", "A probe of the served weights.", "I see a probe.")
 """Instruction, observation and answer of the probe: one opening prompt and one action."""
 
 
-class WeightsMismatch(RuntimeError):
-    """The sampler's log-probabilities of the probe are not the learner's."""
+class WeightsMismatch(PolicyError):
+    """The sampler's log-probabilities of the probe are not the learner's.
+
+    A `PolicyError`: the run stops with a one-line error naming the gap, not a traceback.
+    """
 
 
 def probe_ids(chat: ChatFormat) -> list[int]:
