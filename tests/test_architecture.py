@@ -154,3 +154,62 @@ def test_the_checker_sees_a_cycle_and_an_arrow_up(monkeypatch):
     assert any("agentgym_core.types" in cycle for cycle in _cycles())
     with pytest.raises(AssertionError, match="types imports agentgym_core.run.train"):
         test_no_arrow_runs_back_up("agentgym_core.types")
+
+
+MODULE_LINES = 500
+"""A core module past this many lines is doing more than one job."""
+
+OVER_TODAY = {"agentgym_core/run/offline.py": 609, "agentgym_core/cli.py": 505}
+"""Modules past the limit when it came in, and their size then: they may shrink, not grow,
+until they are split (and leave this list)."""
+
+
+def _module_lines() -> dict[str, int]:
+    return {
+        path.relative_to(ROOT.parent).as_posix(): len(path.read_text().splitlines())
+        for path in ROOT.rglob("*.py")
+    }
+
+
+def test_no_core_module_grows_past_the_limit(lines=None):
+    lines = _module_lines() if lines is None else lines
+    wrong = [
+        f"{module}: {count} lines (limit {OVER_TODAY.get(module, MODULE_LINES)})"
+        for module, count in sorted(lines.items())
+        if count > OVER_TODAY.get(module, MODULE_LINES)
+    ]
+    assert not wrong, "split these by job:\n" + "\n".join(wrong)
+
+
+def test_the_size_check_can_fail():
+    with pytest.raises(AssertionError, match="new.py: 501 lines"):
+        test_no_core_module_grows_past_the_limit({"agentgym_core/new.py": 501})
+    with pytest.raises(AssertionError, match="offline.py: 610 lines"):
+        test_no_core_module_grows_past_the_limit({"agentgym_core/run/offline.py": 610})
+
+
+def _all_imports() -> dict[str, set[str]]:
+    """Every module each core module names in an import statement, anywhere in its file."""
+    out: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        names = out.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+    return out
+
+
+def test_the_core_imports_no_plugin():
+    """Plugins depend on the core, never the reverse (a plugin may not be installed)."""
+    plugin_packages = ("agentgym_env_", "agentgym_policy_", "agentgym_algo", "agentgym_sched")
+    # the one left: `serve-policy` should come from the vllm plugin through a command hook
+    allowed = {"agentgym_core.serve.policy_command imports agentgym_policy_vllm.launch"}
+    wrong = {
+        f"{module} imports {target}"
+        for module, targets in _all_imports().items()
+        for target in targets
+        if target.startswith(plugin_packages)
+    }
+    assert wrong == allowed, "the core imports a plugin:\n" + "\n".join(sorted(wrong - allowed))
