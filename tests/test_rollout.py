@@ -742,3 +742,26 @@ def test_on_done_hears_of_every_episode_as_it_ends_and_on_turn_of_every_step(tin
     out = engine.run(_episodes(3, 2), settings, seen.append, lambda: turns.append(1))
     assert len(seen) == 6 and {id(t) for t in seen} == {id(t) for t in out}
     assert len(turns) == sum(len(t.turns) for t in out) > 6
+
+
+def test_an_evaluation_carries_every_rollout_setting_it_does_not_set_itself():
+    """A rollout option added later reaches evaluations: each field of training's settings
+    is carried unless the evaluation names it as its own (EVALUATION_OVERRIDES)."""
+    import dataclasses
+
+    from agentgym_core.run.evaluate import EVALUATION_OVERRIDES, EvalSettings, evaluation_play
+
+    fields = {field.name: field for field in dataclasses.fields(RolloutSettings)}
+    assert set(fields) >= EVALUATION_OVERRIDES
+    odd = {  # every field away from its default, so a dropped one shows
+        name: (not field.default) if isinstance(field.default, bool) else 4_321
+        for name, field in fields.items()
+    }
+    training = RolloutSettings(**odd)
+    evaluation = EvalSettings(max_turns=7, greedy=True, temperature=0.5, seed=3, constrained=None)
+    play = evaluation_play(evaluation, training)
+    for name in fields:
+        if name not in EVALUATION_OVERRIDES:
+            assert getattr(play, name) == getattr(training, name), name
+    assert (play.max_turns, play.greedy, play.temperature) == (7, True, 0.5)
+    assert play.constrained == training.constrained and play.seed == 3 + 7_919

@@ -8,6 +8,7 @@ and the metrics carry `partial: 1.0`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,27 @@ def evaluation_tasks(env_factory: Any, split: str, num_tasks: int | None) -> lis
     return tasks if num_tasks is None else tasks[:num_tasks]
 
 
+EVALUATION_OVERRIDES = frozenset({"max_turns", "temperature", "greedy", "constrained", "seed"})
+"""The rollout settings an evaluation sets itself; it carries every other one from training."""
+
+
+def evaluation_play(settings: EvalSettings, rollout: RolloutSettings) -> RolloutSettings:
+    """Training's rollout settings with the evaluation's own `EVALUATION_OVERRIDES`.
+
+    Derived with `dataclasses.replace`, not copied field by field: a new rollout option
+    then reaches evaluations without anyone remembering to copy it.
+    """
+    constrained = rollout.constrained if settings.constrained is None else settings.constrained
+    return dataclasses.replace(
+        rollout,
+        max_turns=settings.max_turns,
+        temperature=settings.temperature,
+        greedy=settings.greedy,
+        constrained=constrained,
+        seed=settings.seed + 7_919,
+    )
+
+
 def run_evaluation(
     engine: RolloutEngine,
     tasks: list[int],
@@ -66,18 +88,7 @@ def run_evaluation(
         for index, task in enumerate(tasks)
         for sample in range(settings.k)
     ]
-    play = RolloutSettings(
-        max_turns=settings.max_turns,
-        max_context_tokens=rollout.max_context_tokens,
-        max_new_tokens=rollout.max_new_tokens,
-        temperature=settings.temperature,
-        greedy=settings.greedy,
-        constrained=rollout.constrained if settings.constrained is None else settings.constrained,
-        env_timeout_s=rollout.env_timeout_s,
-        concurrency=rollout.concurrency,
-        seed=settings.seed + 7_919,
-        frames=rollout.frames,
-    )
+    play = evaluation_play(settings, rollout)
     mine = distributed.shard(episodes)
     show = settings.progress and distributed.is_main()
     progress = EpisodeProgress(len(mine), "eval") if show else None
