@@ -176,11 +176,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.name:
         print("\n\n".join(describe_component(r) for r in host.registry.find(args.name)))
         return 0
-    rows = [
-        {"kind": r.kind, "name": r.name, "distribution": r.distribution, "version": r.version}
-        for r in host.registry.all()
-    ]
-    print(format_table(rows, ["kind", "name", "distribution", "version"]))
+    columns = ["kind", "name", "distribution", "version"]
+    rows = [{c: getattr(r, c) for c in columns} for r in host.registry.all()]
+    print(format_table(rows, columns))
+    print("".join(f"not used: {m}\n" for m in host.registry.clashes.values()), end="")
     return 0
 
 

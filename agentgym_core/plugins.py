@@ -245,9 +245,18 @@ class PluginHost:
         if only_reason:
             notes.append(only_reason)
         registry = Registry(self._unavailable, notes)
+        claims: dict[tuple[str, str], list[tuple[str, Registration]]] = {}
         for plugin, registration in found:
             if plugin in self._sources:
-                registry.add(registration)
+                claims.setdefault((registration.kind, registration.name), []).append(
+                    (plugin, registration)
+                )
+        for (kind, name), claimed in claims.items():
+            if len(claimed) == 1:
+                registry.add(claimed[0][1])
+            else:  # two packages, one name: only that name is refused, with what to do
+                message = registry.add_clash(kind, name, claimed)
+                warnings.warn(message, BrokenPluginWarning, stacklevel=4)
         return registry
 
     @staticmethod

@@ -88,6 +88,22 @@ class Registry:
         self._items: dict[str, dict[str, Registration]] = {kind: {} for kind in KINDS}
         self.unavailable = dict(unavailable or {})
         self.notes = list(notes)
+        self.clashes: dict[tuple[str, str], str] = {}
+        """(kind, name) registered by two plugins -> the error a lookup of it raises. Neither
+        is used, and nothing else is stopped: `agentgym plugins` still lists the rest."""
+
+    def add_clash(self, kind: str, name: str, claims: Sequence[tuple[str, Registration]]) -> str:
+        """Record that plugins (entry-point name, registration) all registered `kind` `name`."""
+        sources = " and by ".join(
+            f"plugin {plugin!r} ({r.distribution} {r.version})" for plugin, r in claims
+        )
+        disable = " or ".join(f"AGENTGYM_DISABLE_PLUGINS={plugin}" for plugin, _ in claims)
+        message = (
+            f"{kind} {name!r} is registered twice: by {sources}; uninstall one, or leave one "
+            f"out with {disable}"
+        )
+        self.clashes[(kind, name)] = message
+        return message
 
     def add(self, registration: Registration) -> None:
         """Add a registration; a duplicate name of the same kind is an error naming both sources."""
@@ -111,6 +127,8 @@ class Registry:
         try:
             return self._items[self._kind(kind)][name]
         except KeyError:
+            if (kind, name) in self.clashes:
+                raise RegistryError(self.clashes[(kind, name)]) from None
             raise RegistryError(self._not_found(kind, name)) from None
 
     def _not_found(self, kind: str, name: str) -> str:

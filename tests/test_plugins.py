@@ -82,8 +82,10 @@ def test_duplicate_names_name_both_distributions():
         def agentgym_register_environments(self, register):
             register("toy-env", dict, config=Options)
 
-    with pytest.raises(RegistryError, match=r"toy-env.*<inline one> 0 and by <inline two> 0"):
-        PluginHost({"one": Everything(), "two": Again()}, load_entry_points=False)
+    with pytest.warns(plugins.BrokenPluginWarning, match="registered twice"):
+        host = PluginHost({"one": Everything(), "two": Again()}, load_entry_points=False)
+    with pytest.raises(RegistryError, match=r"toy-env.*\(<inline one> 0\) and by .*<inline two> 0"):
+        host.registry.get("environment", "toy-env")
 
 
 @pytest.mark.parametrize("installed", PluginHost().registry.all(), ids=lambda r: r.name)
@@ -95,8 +97,12 @@ def test_duplicate_of_an_installed_component_names_its_distribution(installed):
     clash = types.ModuleType("clash")
     clash.register_again = register_again
     first = f"{installed.distribution} {installed.version}"
-    with pytest.raises(RegistryError, match=rf"by {first} and by <inline clash> 0"):
-        PluginHost({"clash": clash})
+    with pytest.warns(plugins.BrokenPluginWarning, match="registered twice"):
+        host = PluginHost({"clash": clash})
+    with pytest.raises(
+        RegistryError, match=rf"\({first}\) and by plugin 'clash' \(<inline clash> 0\)"
+    ):
+        host.registry.get(installed.kind, installed.name)
 
 
 def test_unknown_name_lists_installed():
@@ -476,3 +482,39 @@ def test_tiny_model_dir_fixture_loads_offline(tiny_model_dir):
     )
     logits = model(input_ids=torch.tensor([ids])).logits
     assert logits.shape == (1, len(ids), model.config.vocab_size)
+
+
+def _registers_env(name: str):
+    module = types.ModuleType(f"registers_{name}")
+
+    @hookimpl
+    def agentgym_register_environments(register):
+        register("twin", dict, config=Options)
+        register(f"only-{name}", dict, config=Options)
+
+    module.agentgym_register_environments = agentgym_register_environments
+    return module
+
+
+def test_two_plugins_registering_one_name_refuse_only_that_name_and_say_how_to_choose(
+    capsys, monkeypatch
+):
+    """Only a lookup of the clashing name fails, naming both plugins and how to leave one
+    out; everything else loads, and `agentgym plugins` lists it and says what is not used."""
+    with pytest.warns(plugins.BrokenPluginWarning, match="'twin' is registered twice"):
+        host = PluginHost(
+            {"first": _registers_env("a"), "second": _registers_env("b")},
+            load_entry_points=False,
+        )
+    with pytest.raises(RegistryError) as error:
+        host.registry.get("environment", "twin")
+    assert "plugin 'first'" in str(error.value) and "plugin 'second'" in str(error.value)
+    assert "AGENTGYM_DISABLE_PLUGINS=first or AGENTGYM_DISABLE_PLUGINS=second" in str(error.value)
+    assert host.registry.get("environment", "only-a") and host.registry.get("environment", "only-b")
+    from agentgym_core import cli
+
+    monkeypatch.setattr(cli, "plugin_host", lambda: host)
+    assert cli.main(["plugins"]) == 0
+    listed = capsys.readouterr().out
+    assert "only-a" in listed and "only-b" in listed
+    assert "not used: environment 'twin' is registered twice" in listed

@@ -285,6 +285,8 @@ def test_update_line_says_what_the_update_did():
         "[train] update 12/150  horizon 6  success 0.453  reward 0.410  turns 4.2"
         "  env errors 0  loss -0.0123  9.1 s"
     )
+    replayed = {"rollout/env_errors": 0.0, "rollout/env_errors_replayed": 3.0}
+    assert update_line(4, 9, replayed) == "update 4/9  env errors 0 (3 replayed)"
     skipped = {"rollout/success_rate": 0.0, "train/skipped": 1.0, "step_seconds": 1.0}
     assert update_line(1, 2, skipped) == "update 1/2  success 0.000  (nothing to train on)  1.0 s"
 

@@ -166,6 +166,9 @@ def update_line(step: int, total: int, metrics: Mapping[str, Any], label: str = 
     for name, key, fmt in LINE_KEYS:
         if metrics.get(key) is not None:
             parts.append(f"  {name} {fmt.format(metrics[key])}")
+        if key == "rollout/env_errors" and metrics.get("rollout/env_errors_replayed"):
+            # errors the update never saw: their episodes were played again after an outage
+            parts.append(f" ({metrics['rollout/env_errors_replayed']:.0f} replayed)")
     if metrics.get("train/skipped"):
         parts.append("  (nothing to train on)")
     if metrics.get("step_seconds") is not None:
