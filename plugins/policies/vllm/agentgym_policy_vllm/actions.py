@@ -33,7 +33,7 @@ class ActionTurns:
         self.chat = chat
 
     def constraint(self, allowed_actions: Sequence[str] | None) -> ActionConstraint | None:
-        """The trie over the allowed actions' token sequences (None: free decoding)."""
+        """The prefix matcher over the allowed actions' token sequences (None: free decoding)."""
         if allowed_actions is None:
             return None
         actions = list(dict.fromkeys(allowed_actions))

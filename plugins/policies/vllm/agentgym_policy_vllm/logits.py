@@ -1,4 +1,4 @@
-"""Constrained action decoding inside vLLM: the core's token-trie mask, as a logits processor.
+"""Constrained action decoding inside vLLM: the core's allowed-token mask, as a logits processor.
 
 vLLM's own structured outputs (`choice`) accept every tokenization of an
 allowed string, and they do not report which tokens were allowed at each
