@@ -252,8 +252,8 @@ def test_summary_has_a_row_per_compared_pair_with_steps_and_drops(scenario):
     # differences +0.1 and +0.2: mean 0.15, sd 0.0707, t(1) 12.706 -> half-width 0.635;
     # env steps 4 per update: 6 updates against 3 is 2x; drops (0.167 + 0) / 2 against 0,
     # paired 0 - 0.167 and 0 - 0: mean -0.083, sd 0.118, half-width 12.706 * 0.083 = 1.059
-    row = "| toy | ScalingInter - fixed 2 | test: +0.150 ± 0.635: no difference shown | 2.00x "
-    assert table[2] == row + "| 0.00 / 0.08; -0.083 ± 1.059: no difference shown | 0, 1 |"
+    row = "| toy | ScalingInter - fixed 2 | test: +0.150 ± 0.635: 2 seeds, no verdict | 2.00x "
+    assert table[2] == row + "| 0.00 / 0.08; -0.083 ± 1.059: 2 seeds, no verdict | 0, 1 |"
     assert summary_table([(scenario, results[:2])]) == ""  # no pair ran: no table
     scenario.arms["short"].overrides = {}  # an arm without a fixed horizon (SFT, say)
     assert summary_table([(scenario, results)]) == ""  # RL against it is no horizon comparison
