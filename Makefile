@@ -7,7 +7,8 @@ PLUGIN_PROJECTS := $(sort $(wildcard plugins/*/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGIN_PROJECTS))
 TORCH := torch==2.13.0
 # OpenEnv's own classes, for the interop tests (the `openenv-tests` extra says why --no-deps).
-OPENENV := openenv-core==0.3.0
+# The package was `openenv-core` up to 0.3.0; the version tested is today's `openenv`.
+OPENENV := openenv==0.10.0
 # Quiet installs: pip's warnings (-qq keeps errors) and setuptools' per-package "Editable
 # installation" notices (a UserWarning in each build backend) would fill screens.
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip

@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer trains on our BabyAI through our OpenEnv server (examples/trl_openenv.py).
 
-A real uvicorn server on 127.0.0.1, `openenv-core`'s client, TRL 1.16's
+A real uvicorn server on 127.0.0.1, `openenv`'s client, TRL 1.16's
 trainer; the `trl` extra (make installs it). What must hold: every episode
 TRL trained on was played on the server (replaying its actions in-process
 gives the same rewards), TRL's reward is the env's, only sampled tokens are
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("trl", reason="the `trl` extra: pip install -e '.[trl]' (make installs it)")
-pytest.importorskip("openenv.core", reason="make installs openenv-core (docs/openenv.md)")
+pytest.importorskip("openenv.core", reason="make installs openenv (docs/openenv.md)")
 pytest.importorskip("agentgym_env_babyai")
 
 import torch  # noqa: E402

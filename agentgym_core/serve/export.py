@@ -63,7 +63,7 @@ def _pyproject(package: str, registration: Any, core_version: str) -> str:
     dependencies = [
         f"agentgym-core[serve]>={core_version}",
         f"{registration.distribution}>={registration.version}",
-        "openenv-core>=0.2.0",  # what OpenEnv's `validate` and `push` look for
+        "openenv>=0.10.0",  # what OpenEnv's `validate` and `push` look for (was openenv-core)
     ]
     listed = "\n".join(f'    "{dependency}",' for dependency in dependencies)
     return (

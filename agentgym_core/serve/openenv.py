@@ -1,6 +1,6 @@
 """`agentgym serve-env NAME --protocol openenv`: any installed environment as an OpenEnv server.
 
-OpenEnv (`openenv-core`) is the env interface TRL's GRPOTrainer and SkyRL
+OpenEnv (the `openenv` package) is the env interface TRL's GRPOTrainer and SkyRL
 consume. Its plain HTTP `/reset` and `/step` make a fresh
 environment per request, so a multi-turn episode lives in a WebSocket
 session on `/ws`: one connection, one environment instance, messages
@@ -9,10 +9,11 @@ session on `/ws`: one connection, one environment instance, messages
 
 Served here: `/ws`; `POST /reset` and `POST /step` (stateless: `/step`
 names the task to reset to before its one step); `GET /state`, `/schema`,
-`/metadata`, `/health`; and `GET /tasks?split=` (ours: the task ids, for
-clients that choose tasks). Sessions are bounded by `max_sessions` (more get
-CAPACITY_REACHED), a session idle for `idle_timeout_s` is closed, and every
-env call runs in the server's thread pool bounded by `env_timeout_s`.
+`/metadata`, `/health`; `POST /mcp` (JSON-RPC, no tools); and `GET
+/tasks?split=` (ours: the task ids, for clients that choose tasks). Sessions
+are bounded by `max_sessions` (more get CAPACITY_REACHED), a session idle for
+`idle_timeout_s` is closed, and every env call runs in the server's thread
+pool bounded by `env_timeout_s` (counted from when a thread runs it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
-from fastapi import FastAPI, HTTPException, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from agentgym_core import __version__
@@ -97,7 +99,7 @@ async def _one_off(server: OpenEnvServer) -> AsyncIterator[Session]:
     """A fresh environment for one HTTP call (OpenEnv's stateless routes), closed after."""
     store = server.store
     try:
-        env = await store.call(store.factory)
+        env = await store.build()
     except Exception as error:  # noqa: BLE001 - the env's constructor failed
         raise _http(
             OpenEnvError(ErrorCode.FACTORY_ERROR, f"creating {server.env_name}: {error}", 500)
@@ -178,10 +180,18 @@ def _http_routes(app: FastAPI, server: OpenEnvServer) -> None:
             version=__version__,
         )
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        """OpenEnv's health check."""
+    @app.get("/health", response_model=None)
+    async def health() -> dict[str, str] | JSONResponse:
+        """OpenEnv's health check: unhealthy (503) while no environment can be built."""
+        problem = await server.health_problem()
+        if problem is not None:
+            return JSONResponse({"status": "unhealthy", "reason": problem}, status_code=503)
         return {"status": "healthy"}
+
+    @app.post("/mcp")
+    async def mcp(request: Request) -> dict[str, Any]:
+        """OpenEnv's JSON-RPC 2.0 endpoint for MCP tools: ours has none, and says so."""
+        return _mcp_reply(await request.body())
 
     @app.get("/tasks")
     async def tasks(split: Literal["train", "test"] = "train") -> dict[str, Any]:
@@ -191,6 +201,26 @@ def _http_routes(app: FastAPI, server: OpenEnvServer) -> None:
         except OpenEnvError as error:
             raise _http(error) from error
         return {"split": split, "tasks": ids}
+
+
+def _mcp_reply(body: bytes) -> dict[str, Any]:
+    """The JSON-RPC error every `/mcp` request gets (`openenv validate --url` checks its shape)."""
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        return _jsonrpc_error(None, -32700, "Parse error")
+    if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or "method" not in request:
+        return _jsonrpc_error(None, -32600, 'Invalid request: give "jsonrpc": "2.0" and a method')
+    return _jsonrpc_error(
+        request.get("id"),
+        -32601,
+        f"Method not found: {request['method']!r}. This env has no MCP tools: play its "
+        "episodes over the /ws session (reset, then step with an action's text)",
+    )
+
+
+def _jsonrpc_error(request_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
 def _ws_route(app: FastAPI, server: OpenEnvServer) -> None:
@@ -307,6 +337,8 @@ async def _answer(
         message = json.loads(raw)
     except json.JSONDecodeError as error:
         raise OpenEnvError(ErrorCode.INVALID_JSON, f"Invalid JSON: {error}", 400) from error
+    except RecursionError:  # nesting deeper than Python's stack: refused, not a crash
+        raise OpenEnvError(ErrorCode.INVALID_JSON, "Invalid JSON: nested too deeply", 400) from None
     kind = message.get("type") if isinstance(message, dict) else None
     data = message.get("data", {}) if isinstance(message, dict) else None
     if kind not in ("reset", "step", "state", "close"):

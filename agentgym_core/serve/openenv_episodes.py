@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import uuid
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from agentgym_core.serve.openenv_models import (
 from agentgym_core.serve.sessions import EnvCallTimeout, Session, SessionStore
 
 SPLITS = ("train", "test")
+log = logging.getLogger(__name__)
 
 
 class OpenEnvError(Exception):
@@ -85,6 +87,7 @@ class OpenEnvServer:
         self._instruction: str | None = None
         self._probe: Environment | None = None
         self._probe_lock = asyncio.Lock()
+        self._ignored_logged: set[str] = set()
 
     async def probe(self) -> Environment:
         """An environment of its own for `/metadata` and `/tasks`, made on first use.
@@ -94,7 +97,7 @@ class OpenEnvServer:
         async with self._probe_lock:
             if self._probe is None:
                 try:
-                    self._probe = await self.store.call(self.store.factory)
+                    self._probe = await self.store.build()
                 except Exception as error:  # noqa: BLE001 - the env's constructor failed
                     raise OpenEnvError(
                         ErrorCode.FACTORY_ERROR, f"creating {self.env_name}: {error}", 500
@@ -179,14 +182,61 @@ class OpenEnvServer:
         episode.episode_id = options.episode_id or uuid.uuid4().hex
         episode.task_id, episode.task_group = task_id, group
         episode.step_count, episode.score, episode.running = 0, 0.0, True
+        ignored = self._ignore(options)
         return TextObservation(
-            text=observation, available_actions=actions, task_id=task_id, task_group=group
+            text=observation,
+            available_actions=actions,
+            task_id=task_id,
+            task_group=group,
+            metadata={"ignored_reset_keys": ignored} if ignored else {},
         )
+
+    def _ignore(self, options: ResetOptions) -> list[str]:
+        """Reset keys this server does not know: logged once each, and returned."""
+        ignored = options.ignored_keys()
+        new = [key for key in ignored if key not in self._ignored_logged]
+        if new:
+            self._ignored_logged.update(new)
+            log.warning(
+                "%s: reset ignores %s (keys it does not know; it takes task_id, split, index, "
+                "seed and episode_id); said once per key",
+                self.env_name,
+                ", ".join(new),
+            )
+        return ignored
+
+    async def health_problem(self) -> str | None:
+        """Why no environment can be built now, or None.
+
+        Healthy once one was built and the last build succeeded. Otherwise
+        (nothing built yet, or the last session's env failed to build) it
+        tries a build, so a server whose factory recovers turns healthy again.
+        """
+        if self._probe is not None and self.store.factory_error is None:
+            return None
+        try:
+            if self._probe is None:
+                await self.probe()
+            else:
+                async with self._probe_lock:
+                    env = await self.store.build()
+                with contextlib.suppress(Exception):
+                    await self.store.call(env.close)
+        except OpenEnvError as error:
+            return str(error)
+        except Exception as error:  # noqa: BLE001 - the env's constructor failed
+            return f"creating {self.env_name}: {type(error).__name__}: {error}"
+        return None
 
     async def step(self, session: Session, episode: Episode, action: TextAction) -> TextObservation:
         """One step of the running episode."""
         if not episode.running:
             said = "after the episode ended" if episode.done else "before reset"
+            if episode.episode_id is None:  # this connection's session never reset
+                said += (
+                    " in this session (a client that reconnects after the server closed its "
+                    f"idle session, --idle-timeout {self.idle_timeout_s:g} s, is in a new one)"
+                )
             raise OpenEnvError(
                 ErrorCode.EXECUTION_ERROR,
                 f'step {said}: send {{"type": "reset"}} to start an episode',

@@ -1,9 +1,10 @@
 """The shapes of OpenEnv's wire protocol, as `agentgym serve-env --protocol openenv` speaks it.
 
-Written from `openenv-core` 0.3's own types (`openenv.core.env_server.types`):
-the same field names, the same error codes, the same `{"observation": ...,
-"reward": ..., "done": ...}` envelope, so its `EnvClient`s (and TRL's and
-SkyRL's OpenEnv integrations) read our replies unchanged. What is ours: the
+Written from `openenv` 0.10.0's own types (`openenv.core.env_server.types`,
+unchanged since `openenv-core` 0.3): the same field names, the same error
+codes, the same `{"observation": ..., "reward": ..., "done": ...}` envelope,
+so its `EnvClient`s (and TRL's and SkyRL's OpenEnv integrations) read our
+replies unchanged. What is ours: the
 fields of the action, observation and state of an AgentGym environment.
 """
 
@@ -76,9 +77,11 @@ class ResetOptions(BaseModel):
 
     With no task named, the task is drawn from `split` (default train) by
     `seed` (the same seed gives the same task), or at random without one.
+    Other keys are accepted and ignored, as OpenEnv's own server drops the
+    reset keywords its env does not take (`ignored_keys` names them).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
 
     task_id: int | None = Field(None, ge=0, description="A task id of either split.")
     split: str | None = Field(None, description="`train` or `test`.")
@@ -86,15 +89,22 @@ class ResetOptions(BaseModel):
     seed: int | None = Field(None, ge=0, description="Draws the task when none is named.")
     episode_id: str | None = Field(None, max_length=255, description="Names the episode.")
 
+    def ignored_keys(self) -> list[str]:
+        """The keys given that this server does not know (and so ignores)."""
+        return sorted(self.model_extra or {})
+
 
 class ResetBody(ResetOptions):
     """`POST /reset`: the reset options at the top level, as OpenEnv's `ResetRequest`."""
 
 
 class StepBody(BaseModel):
-    """`POST /step`: stateless, so it names the task to reset to before its one step."""
+    """`POST /step`: stateless, so it names the task to reset to before its one step.
 
-    model_config = ConfigDict(extra="forbid")
+    Unknown keys are ignored, as by OpenEnv's `StepRequest`.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     action: TextAction
     timeout_s: float | None = Field(None, gt=0, description="Accepted and ignored (OpenEnv's).")

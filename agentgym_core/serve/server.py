@@ -64,7 +64,7 @@ class EnvServer:
         """An environment instance of its own for `tasks` and `instruction`, made on first use."""
         async with self._probe_lock:
             if self._probe is None:
-                self._probe = await self.store.call(self.store.factory)
+                self._probe = await self.store.build()
             return self._probe
 
     async def instruction(self) -> str:

@@ -91,6 +91,8 @@ class SessionStore:
         self.closed = 0
         self._running = 0
         self._running_lock = threading.Lock()
+        self.factory_error: str | None = None
+        """Why the last environment build failed; None after one succeeds (or before any)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -100,29 +102,69 @@ class SessionStore:
         """Environment calls whose thread has not returned (timed-out ones included)."""
         return self._running
 
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a blocking environment call in the pool, bounded by `env_timeout_s`."""
-        job = self.executor.submit(fn, *args)
+    async def call(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        orphaned: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Run a blocking environment call in the pool, bounded by `env_timeout_s`.
+
+        The clock starts when a thread takes the call up, not when it is queued:
+        a busy pool does not fail calls that never ran. A call still queued when
+        its caller stops waiting (cancelled) is dropped from the queue; one that
+        already runs cannot be stopped, so `orphaned` is given its result if it
+        returns after its caller gave up (to close an env built too late).
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.create_future()
+
+        def run() -> Any:
+            _settle_soon(loop, started)
+            return fn(*args)
+
+        job = self.executor.submit(run)
         with self._running_lock:
             self._running += 1
         job.add_done_callback(self._returned)  # when its thread returns, not when we stop waiting
+        job.add_done_callback(lambda _: _settle_soon(loop, started))  # cancelled by a shutdown
         try:
+            await started
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
             # arrives as the call returns (see rollout/threads.py), and a request or a shutdown
             # that was cancelled would carry on
             async with asyncio.timeout(self.env_timeout_s):
                 return await asyncio.wrap_future(job)
         except TimeoutError as error:
+            _abandon(job, orphaned)
             name = getattr(fn, "__qualname__", repr(fn))
             raise EnvCallTimeout(f"{name} took longer than {self.env_timeout_s} s") from error
+        except asyncio.CancelledError:
+            _abandon(job, orphaned)
+            raise
 
     def _returned(self, _: concurrent.futures.Future[Any]) -> None:
         with self._running_lock:
             self._running -= 1
 
+    async def build(self) -> Environment:
+        """A new environment from the factory (in the pool).
+
+        One built after its caller gave up (a timeout, a client gone) is closed
+        when its constructor returns, never leaked; one still queued is never
+        built. `factory_error` says whether the last build failed, for `/health`.
+        """
+        try:
+            env = await self.call(self.factory, orphaned=_close_quietly)
+        except Exception as error:
+            self.factory_error = f"{type(error).__name__}: {error}"
+            raise
+        self.factory_error = None
+        return env
+
     async def create(self) -> Session:
         """Build a new environment (in the pool) and register it under a fresh id."""
-        env = await self.call(self.factory)
+        env = await self.build()
         session = Session(next(self._ids), env)
         self._sessions[session.id] = session
         self.created += 1
@@ -173,6 +215,35 @@ class SessionStore:
             for task in late:
                 task.cancel()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _settle_soon(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    """Mark `future` done from a pool thread (a no-op once done, or once the loop is closed)."""
+
+    def settle() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(settle)
+
+
+def _abandon(job: concurrent.futures.Future[Any], orphaned: Callable[[Any], None] | None) -> None:
+    """The caller stopped waiting for `job`: drop it if queued, else hand its late result on."""
+    if job.cancel() or orphaned is None:
+        return
+
+    def hand_on(done: concurrent.futures.Future[Any]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            orphaned(done.result())
+
+    job.add_done_callback(hand_on)
+
+
+def _close_quietly(env: Any) -> None:
+    """Close an environment nobody will use (in the pool thread that built it)."""
+    with contextlib.suppress(Exception):
+        env.close()
 
 
 @contextlib.asynccontextmanager

@@ -1,4 +1,4 @@
-"""A multi-turn environment written only with `openenv-core`'s own server classes.
+"""A multi-turn environment written only with `openenv`'s own server classes.
 
 Not ours: it subclasses OpenEnv's `Environment`, `Action`, `Observation` and
 `State`, and `openenv.core.create_app` serves it, as a third party would

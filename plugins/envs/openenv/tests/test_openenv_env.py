@@ -1,6 +1,6 @@
 """The `openenv` env against real OpenEnv servers on 127.0.0.1.
 
-Two servers: one built only from `openenv-core`'s own classes (`line_world`,
+Two servers: one built only from `openenv`'s own classes (`line_world`,
 as a third party publishes an env), and ours (`agentgym serve-env
 --protocol openenv`) serving BabyAI. The env must play both as an
 in-process env plays, train on them, and turn faults into `env_error`s.
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-pytest.importorskip("openenv.core", reason="make installs openenv-core (docs/openenv.md)")
+pytest.importorskip("openenv.core", reason="make installs openenv (docs/openenv.md)")
 
 from agentgym_env_openenv import OpenEnvConfig, OpenEnvEnv, OpenEnvServerError  # noqa: E402
 
