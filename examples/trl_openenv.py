@@ -2,7 +2,7 @@ r"""TRL's GRPOTrainer trains on an agentgym environment served over OpenEnv.
 
 The environment runs in its own process (`agentgym serve-env NAME --protocol
 openenv`); TRL plays whole multi-turn episodes on it over OpenEnv WebSocket
-sessions, with `openenv-core`'s own client, in the `rollout_func` below. This
+sessions, with `openenv`'s own client, in the `rollout_func` below. This
 is the TRL side of docs/openenv.md; nothing here is agentgym's trainer.
 
     .venv/bin/pip install trl==1.16.0          # or: pip install -e '.[trl]'
@@ -13,10 +13,11 @@ is the TRL side of docs/openenv.md; nothing here is agentgym's trainer.
     .venv/bin/python examples/trl_openenv.py --url http://127.0.0.1:8011 \
         --model runs/models/babyai-tiny --out runs/trl-babyai --updates 20
 
-Why a `rollout_func` and not TRL's `environment_factory`: the latter runs an
-episode only while the model writes tool calls in its chat template's format,
-which a model trained from scratch (or any model not tuned for tool calling)
-never does. The rollout function plays every live episode one turn at a time:
+Why a `rollout_func` and not TRL's `environment_factory` (for which
+`agentgym_core.integrations.trl` adapts any env, docs/trl.md): the latter runs
+an episode only while the model writes tool calls in its chat template's
+format, which a model trained from scratch (or any model not tuned for tool
+calling) never does. The rollout function plays every live episode one turn at a time:
 `model.generate` over each conversation so far, then one OpenEnv `step` per
 episode. Sampling is restricted to the actions the server lists in
 `available_actions` (`prefix_allowed_tokens_fn`), as agentgym's constrained

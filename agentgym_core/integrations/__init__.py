@@ -1,0 +1,1 @@
+"""Adapters to other training libraries: `trl` (TRL's `environment_factory`)."""
