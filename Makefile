@@ -23,6 +23,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml $(PLUGIN_PROJECTS)
 	$(PIP) install -qq $(TORCH)
 	$(PIP) install -qq -e '.[dev,serve,bench,lora,gguf,openenv-tests,trl]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(PIP) uninstall -qq -y openenv-core  # its files are openenv's: a venv made before 0.10.0 has it
 	$(PIP) install -qq --no-deps $(OPENENV)
 	touch $(STAMP)
 
