@@ -13,9 +13,12 @@ namespaces, with:
 - **user**: launched as an unprivileged uid (`nobody` when we are root), with
   no capabilities and no further user namespaces;
 - **limits** (`SandboxLimits`, through `prlimit`): address space, CPU seconds,
-  processes (a fork bomb stops at `max_processes`), file size, open files; a
+  processes (a fork bomb stops at `max_processes`), file size, open files;
+  memory of the whole sandbox in a cgroup of its own where the machine lets
+  us make one (`sandbox_cgroup`), else a lower process count; a
   wall-clock timeout kills the whole sandbox; stdout and stderr are cut at
-  `output_chars` each;
+  `output_chars` each, as they are read (the rest is read and dropped, never
+  held in this process);
 - **environment**: cleared (no secret of the host's environment goes in);
   Python runs isolated (`-I`: no user site, no PYTHON* variables), with the
   standard library only.
@@ -32,8 +35,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+from agentgym_core import sandbox_cgroup
+from agentgym_core.sandbox_cgroup import MemoryCgroup
 
 NOBODY = 65534
 """The uid and gid a sandbox runs as when we are root (Debian's `nobody`/`nogroup`)."""
@@ -52,9 +60,13 @@ class SandboxLimits:
     cpu_s: int = 5
     """CPU seconds (RLIMIT_CPU): a busy loop is stopped here."""
     memory_mib: int = 512
-    """Address space (RLIMIT_AS) of each process."""
+    """Memory of the whole sandbox (a cgroup of its own, where the machine allows one), and
+    the address space (RLIMIT_AS) of each of its processes."""
     max_processes: int = 32
     """Processes and threads of the sandbox's user (RLIMIT_NPROC): a fork bomb stops here."""
+    max_processes_without_cgroup: int = 4
+    """The process limit where no cgroup can be made: then only RLIMIT_AS bounds memory, per
+    process, so a sandbox may hold this many times `memory_mib`."""
     file_mib: int = 16
     """Largest file it may write (RLIMIT_FSIZE)."""
     open_files: int = 64
@@ -126,6 +138,16 @@ class PythonSandbox:
             raise SandboxUnavailable(f"the Python sandbox cannot run: {reason}")
         self.limits = limits or SandboxLimits()
         self._interpreter, self._prefix = _interpreter()
+        self.cgroups = sandbox_cgroup.available()
+        """Each call gets a memory cgroup; else `max_processes_without_cgroup` applies."""
+
+    @property
+    def max_processes(self) -> int:
+        """The process limit in force (lower where memory is bounded per process only)."""
+        limits = self.limits
+        if self.cgroups:
+            return limits.max_processes
+        return min(limits.max_processes, limits.max_processes_without_cgroup)
 
     def run(self, code: str) -> SandboxResult:
         """Run `code` (the source of a script); its output and how it ended."""
@@ -137,24 +159,56 @@ class PythonSandbox:
                 script.chmod(0o644)
             Path(folder).chmod(0o755)
             command = self._command(Path(folder))
+            cgroup = MemoryCgroup.make(limits.memory_mib * 2**20) if self.cgroups else None
             try:
-                done = subprocess.run(
-                    command,
-                    capture_output=True,
-                    timeout=limits.wall_s,
-                    stdin=subprocess.DEVNULL,
-                    env={},
-                    **self._as_unprivileged(),
-                )
-            except subprocess.TimeoutExpired as expired:
-                return self._result(expired.stdout, expired.stderr, -9, timed_out=True)
-        if done.returncode != 0 and b"bwrap:" in done.stderr[:400] and not done.stdout:
+                code, out, err, timed_out = self._run(command, cgroup)
+            finally:
+                if cgroup is not None:
+                    cgroup.remove()  # once the sandbox's processes are gone
+        if timed_out:
+            return self._result(out, err, -9, timed_out=True)
+        if code != 0 and b"bwrap:" in err.data[:400] and not out.data:
             raise SandboxUnavailable(
                 "bubblewrap could not create the sandbox: "
-                + done.stderr.decode(errors="replace").strip()[:400]
+                + err.data.decode(errors="replace").strip()[:400]
                 + " (docs/sandbox.md: user namespaces must be allowed)"
             )
-        return self._result(done.stdout, done.stderr, done.returncode)
+        return self._result(out, err, code)
+
+    def _run(
+        self, command: list[str], cgroup: MemoryCgroup | None
+    ) -> tuple[int, Captured, Captured, bool]:
+        """Start the sandbox (in `cgroup` before it runs anything), wait for it, read its output."""
+        limits = self.limits
+        if cgroup is not None:  # a shell that waits for a line on stdin, once it is in the cgroup
+            command = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "sh", *command]
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE if cgroup is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={},
+            **self._as_unprivileged(),
+        )
+        # a character is at most 4 bytes of UTF-8: this many bytes always hold output_chars
+        keep = limits.output_chars * 4 + 4
+        stdout, stderr = _Capped(process.stdout, keep), _Capped(process.stderr, keep, tail=True)
+        if cgroup is not None and process.stdin is not None:
+            try:
+                cgroup.join(process.pid)
+            except OSError as error:
+                process.kill()
+                process.wait()
+                raise SandboxUnavailable(f"could not join the sandbox's cgroup: {error}") from error
+            with process.stdin:  # go; the sandbox's stdin then reads as empty
+                process.stdin.write(b"\n")
+        timed_out = False
+        try:
+            code = process.wait(timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            process.kill()  # bubblewrap; --die-with-parent takes the sandbox with it
+            code, timed_out = process.wait(), True
+        return code, stdout.result(), stderr.result(), timed_out
 
     def _command(self, folder: Path) -> list[str]:
         limits = self.limits
@@ -227,7 +281,7 @@ class PythonSandbox:
         namespace it counts only this sandbox's processes, so sandboxes run side
         by side never share the budget.
         """
-        n = self.limits.max_processes
+        n = self.max_processes
         return (
             "import resource, runpy, sys\n"
             f"resource.setrlimit(resource.RLIMIT_NPROC, ({n}, {n}))\n"
@@ -244,17 +298,68 @@ class PythonSandbox:
         return {"user": NOBODY, "group": NOBODY, "extra_groups": []}
 
     def _result(
-        self, stdout: bytes | None, stderr: bytes | None, code: int, *, timed_out: bool = False
+        self, stdout: Captured, stderr: Captured, code: int, *, timed_out: bool = False
     ) -> SandboxResult:
         keep = self.limits.output_chars
-        out = (stdout or b"").decode(errors="replace")
-        err = (stderr or b"").decode(errors="replace")
-        truncated = len(out) > keep or len(err) > keep
-        if len(out) > keep:
+        out = stdout.data.decode(errors="replace")
+        err = stderr.data.decode(errors="replace")
+        cut_out = stdout.dropped or len(out) > keep
+        cut_err = stderr.dropped or len(err) > keep
+        if cut_out:
             out = out[:keep] + f"\n... (output cut at {keep} characters)"
-        if len(err) > keep:
+        if cut_err:
             err = "... (earlier error output cut)\n" + err[-keep:]
-        return SandboxResult(out, err, code, timed_out=timed_out, truncated=truncated)
+        return SandboxResult(out, err, code, timed_out=timed_out, truncated=cut_out or cut_err)
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What was kept of one output stream, and whether some was thrown away."""
+
+    data: bytes
+    dropped: bool
+
+
+class _Capped:
+    """Reads a child's stream to its end in a thread, keeping `keep` bytes of it.
+
+    The first `keep` bytes (stdout: what the code printed first), or the last
+    (`tail`, stderr: the traceback's end). The rest is read and thrown away as
+    it comes, so a sandbox printing gigabytes costs this process `keep` bytes,
+    and the child never blocks on a full pipe.
+    """
+
+    CHUNK = 1 << 16
+
+    def __init__(self, stream: IO[bytes], keep: int, *, tail: bool = False) -> None:
+        self._stream, self._keep, self._tail = stream, keep, tail
+        self._data = bytearray()
+        self._dropped = False
+        self._thread = threading.Thread(target=self._read, daemon=True, name="sandbox-output")
+        self._thread.start()
+
+    def _read(self) -> None:
+        with self._stream:
+            while chunk := self._stream.read1(self.CHUNK):
+                if self._tail:
+                    self._data += chunk
+                    if len(self._data) > 2 * self._keep:
+                        del self._data[: -self._keep]
+                        self._dropped = True
+                elif len(self._data) < self._keep:
+                    room = self._keep - len(self._data)
+                    self._data += chunk[:room]
+                    self._dropped |= len(chunk) > room
+                else:
+                    self._dropped = True
+
+    def result(self, timeout_s: float = 10.0) -> Captured:
+        """What was kept, once the stream ended (or, after `timeout_s`, what was kept by then)."""
+        self._thread.join(timeout_s)
+        data = bytes(self._data)
+        if self._tail and len(data) > self._keep:
+            data, self._dropped = data[-self._keep :], True
+        return Captured(data, self._dropped)
 
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")

@@ -126,6 +126,53 @@ def test_memory_exhaustion_is_a_memory_error_not_the_hosts(sandbox):
     assert psutil.virtual_memory().available > host_before - 1024**3
 
 
+SIX_CHILDREN_OF_300_MIB = """
+import os, time
+children = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        block = b"x" * (300 * 2**20)  # written, so resident; under each process's 512 MiB
+        time.sleep(3)
+        os._exit(0)
+    children.append(pid)
+held = 0
+for pid in children:
+    _, status = os.waitpid(pid, 0)
+    held += os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+print("held 300 MiB:", held)
+"""
+
+
+def test_memory_is_bounded_per_sandbox_not_per_process():
+    """Six processes of 300 MiB each: the sandbox's 512 MiB cgroup holds one at a time."""
+    sandbox = PythonSandbox(SandboxLimits(wall_s=60, cpu_s=30))
+    if not sandbox.cgroups:
+        pytest.skip("no memory cgroup can be made here: the process-count fallback applies")
+    host_before = psutil.virtual_memory().available
+    result = sandbox.run(SIX_CHILDREN_OF_300_MIB)
+    assert result.ok, result.stderr[-300:]
+    held = int(result.stdout.split(":")[1])
+    assert 1 <= held <= 2, result.stdout  # the rest were killed at the sandbox's limit
+    assert psutil.virtual_memory().available > host_before - 1024**3
+    from agentgym_core.sandbox_cgroup import _parent
+
+    parent = _parent()[0]
+    deadline = time.monotonic() + 30
+    while list(parent.glob("agentgym-sandbox-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(parent.glob("agentgym-sandbox-*")) == []  # each sandbox's cgroup removed
+
+
+def test_without_a_cgroup_the_process_count_is_lowered():
+    sandbox = PythonSandbox(SandboxLimits(wall_s=60, cpu_s=30, max_processes=32))
+    sandbox.cgroups = False  # as where this process may not make cgroups
+    assert sandbox.max_processes == SandboxLimits().max_processes_without_cgroup == 4
+    result = sandbox.run(SIX_CHILDREN_OF_300_MIB)
+    assert not result.ok and "BlockingIOError" in result.stderr
+    assert sandbox.run("print(6 * 7)").stdout == "42\n"
+
+
 def test_a_busy_loop_stops_at_the_cpu_limit(sandbox):
     started = time.monotonic()
     result = sandbox.run("while True:\n    pass\n")
@@ -146,6 +193,36 @@ def test_output_is_cut_at_its_limit():
     result = small.run("print('x' * 10**6)")
     assert result.truncated and len(result.stdout) < 1100
     assert result.stdout.endswith("(output cut at 1000 characters)")
+
+
+def test_output_is_cut_as_it_is_read_never_held_whole():
+    """400 MiB printed: this process keeps the first characters and the error's end, no more."""
+    small = PythonSandbox(SandboxLimits(output_chars=1000, wall_s=120, cpu_s=60))
+    me = psutil.Process()
+    start = peak = me.memory_info().rss
+    running = True
+
+    def watch() -> None:
+        nonlocal peak
+        while running:
+            peak = max(peak, me.memory_info().rss)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = small.run(
+            "import sys\nblock = b'y' * (1 << 20)\nfor _ in range(400):\n"
+            "    sys.stdout.buffer.write(block)\nsys.stderr.write('e' * 10**6 + 'END')\n"
+        )
+    finally:
+        running = False
+        watcher.join()
+    assert result.ok and result.truncated, result.stderr[-300:]
+    assert result.stdout == "y" * 1000 + "\n... (output cut at 1000 characters)"
+    assert result.stderr.startswith("... (earlier error output cut)\n")
+    assert result.stderr.endswith("e" * 997 + "END")
+    assert peak - start < 64 * 2**20, f"this process grew {(peak - start) / 2**20:.0f} MiB"
 
 
 def test_no_secret_of_the_hosts_environment_goes_in(sandbox, monkeypatch):
