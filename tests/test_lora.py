@@ -23,6 +23,7 @@ from agentgym_core.plugins import PluginHost
 from agentgym_core.run.kinds import run_stage
 from agentgym_core.run.pipeline import run_pipeline
 from agentgym_core.run.runtime import load_training_model
+from agentgym_core.run.weights import rollout_copy
 
 pytest.importorskip("peft")
 pytest.importorskip("agentgym_env_babyai")
@@ -210,6 +211,32 @@ def test_sft_then_lora_grpo_then_dpo_then_eval_chain_through_adapters(tmp_path, 
     assert lora.adapter_base(dpo.model) == Path(rl.model).resolve()
     assert test.model == dpo.model and test.metrics["episodes"] == 4.0
     assert rl.metrics["train/kl"] >= 0 and dpo.metrics["train/loss"] > 0
+
+
+def test_the_rollout_copy_of_a_lora_learner_shares_its_frozen_base(babyai_model):
+    """Rollouts ahead of the learner copy the adapter only; the base is the same tensors."""
+    block = ModelConfig(path=str(babyai_model), lora=LORA)
+    learner, _ = load_training_model(block, babyai_model, None)
+    copied = rollout_copy(learner)
+    pairs = list(zip(learner.named_parameters(), copied.named_parameters(), strict=True))
+    frozen = [(a, b) for (name, a), (_, b) in pairs if not a.requires_grad]
+    trained = [(a, b) for (name, a), (_, b) in pairs if a.requires_grad]
+    assert frozen and trained
+    assert all(a.data_ptr() == b.data_ptr() for a, b in frozen)  # shared, not copied
+    assert all(a.data_ptr() != b.data_ptr() for a, b in trained)
+    new_bytes = sum(b.numel() * b.element_size() for _, b in trained)
+    base_bytes = sum(b.numel() * b.element_size() for _, b in frozen)
+    assert new_bytes < base_bytes / 10
+    with torch.no_grad():  # the learner trains on: the rollout copy keeps its weights
+        for a, _ in trained:
+            a.add_(1.0)
+    assert all(not torch.equal(a, b) for a, b in trained)
+    full, _ = load_training_model(ModelConfig(path=str(babyai_model)), babyai_model, None)
+    full_copy = rollout_copy(full)  # full fine-tuning: every weight is the learner's to change
+    assert all(
+        a.data_ptr() != b.data_ptr()
+        for a, b in zip(full.parameters(), full_copy.parameters(), strict=True)
+    )
 
 
 @pytest.mark.parametrize("worker", ["thread", "process"])

@@ -10,7 +10,8 @@ never holds the learner. Three forms:
 - `AheadRollouts` on a thread (`max_staleness: k`, `rollout_worker: thread`):
   while the learner trains on update t, the rollouts of updates t+1 .. t+k
   already play on their own thread, each on the newest weights pushed when it
-  started (a copy: the learner keeps training its own). Right where generation
+  started (a copy: the learner keeps training its own; a LoRA learner's frozen
+  base is shared, not copied). Right where generation
   has its own device (a vLLM GPU).
 - `AheadRollouts` in a process (`rollout_worker: process`, `rollout_process`):
   the same, in a child with its own interpreter, for CPUs where a thread would
@@ -28,7 +29,6 @@ rollouts gathered across ranks would run collectives on two threads at once.
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,7 @@ from agentgym_core import distributed
 from agentgym_core.config.errors import ConfigError, Problem
 from agentgym_core.rollout.engine import RolloutEngine
 from agentgym_core.run.rollout_step import Played, RolloutStep, build_rollout_step
-from agentgym_core.run.weights import Weights, load_weights, snapshot
+from agentgym_core.run.weights import Weights, load_weights, rollout_copy, snapshot
 from agentgym_core.types import Trajectory, TrajectoryBatch
 
 
@@ -271,7 +271,7 @@ def open_rollouts(
     if not trainer.max_staleness:
         play, policy = build_rollout_step(root, components, model, tokenizer, newest)
         return SyncRollouts(play, policy, version=version)
-    rollout_model = copy.deepcopy(model)  # the learner keeps training its own weights
+    rollout_model = rollout_copy(model)  # the learner keeps training its own weights
     play, policy = build_rollout_step(root, components, rollout_model, tokenizer, newest)
     try:
         if trainer.rollout_worker == "process":
