@@ -26,7 +26,14 @@ replicas were started from. This is the path vLLM's CPU build supports; on
 GPUs, NCCL weight transfer is the faster one (docs/scaling.md). With several
 learner ranks (all holding the same weights) only rank 0 writes, reloads and
 probes; the others wait for its `.synced` mark in the shared `weights_dir`, so
-a replica reloads once per sync, not once per rank.
+a replica reloads once per sync, not once per rank. The mark lists the
+replicas reloaded: one rank 0 skipped is down on every rank until reloaded.
+
+Faults: a replica that cannot be reached or answers a 5xx is marked down and
+its turns move to another (the request carries the whole episode); it is used
+again once `/health` answers and it has reloaded the current weights. A
+replica silent for a few seconds is asked whether it restarted
+(`restarts.py`), and if so reloads before it samples.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -56,6 +64,7 @@ from agentgym_core.api import (
 )
 from agentgym_policy_vllm.actions import NEUTRAL_SAMPLING, ActionTurns
 from agentgym_policy_vllm.config import VLLMServerPolicyConfig, probe_tolerance
+from agentgym_policy_vllm.restarts import Restarts
 from agentgym_policy_vllm.weights import (
     PROBE,
     check_probe,
@@ -80,6 +89,10 @@ class ServerPolicyError(RuntimeError):
 
 class ReplicaDown(ServerPolicyError):
     """A replica could not be reached (refused, reset, timed out)."""
+
+
+class ReplicaError(ReplicaDown):
+    """A replica answered with a server error (HTTP 5xx): its turns go to another, as if down."""
 
 
 class VLLMServerPolicy:
@@ -131,6 +144,7 @@ class VLLMServerPolicy:
         """The learner's log-probabilities of the probe at the newest sync."""
         self.probe_gaps: dict[str, list[float]] = collections.defaultdict(list)
         """Each replica's probe gap after every sync (rank 0)."""
+        self.restarts = Restarts(self.http)
         self._check_same_tokenizer(model, tokenizer)
         try:
             self._first_sync(model)
@@ -151,20 +165,46 @@ class VLLMServerPolicy:
         """Sample one turn on the episode's replica."""
         constraint = self.turns.constraint(allowed_actions)
         deadline = time.monotonic() + self.config.outage_s
+        refused: set[str] = set()
         while True:
             url = await self._replica_up(session, deadline)
             body = self._request(list(prompt_ids), params, constraint, url)
             with self._lock:
                 self._in_flight[url] += 1
             try:
+                if self.restarts.due(url):
+                    await asyncio.to_thread(self._check_restart, url)
                 reply = await asyncio.to_thread(self._post, url, "/v1/completions", body)
+                self.restarts.answered(url)
                 return self._generation(url, reply["choices"][0], constraint)
             except ReplicaDown as error:
                 # the request carries the whole episode: any replica can take the turn
                 self._mark_down(url, error)
+                if isinstance(error, ReplicaError):
+                    refused.add(url)
+                    if refused >= set(self.urls):  # the request, not the replicas
+                        raise ServerPolicyError(
+                            f"every replica answered this turn with a server error: {error}"
+                        ) from None
             finally:
                 with self._lock:
                     self._in_flight[url] -= 1
+
+    def _check_restart(self, url: str) -> None:
+        """A replica silent for a while may have restarted: if so, the current weights first."""
+        import httpx
+
+        with self.restarts.lock(url):
+            if not self.restarts.due(url):
+                return  # another turn just checked it
+            try:
+                restarted = self.restarts.restarted(url)
+            except httpx.HTTPError as error:
+                raise ReplicaDown(f"GET {url}/server_info: {type(error).__name__}") from None
+            if restarted and self._folder is not None:
+                log.warning("vLLM replica %s restarted: it gets the current weights", url)
+                self._reload_checked(url, self._folder)
+                self.restarts.noticed += 1
 
     async def _replica_up(self, session: Hashable | None, deadline: float) -> str:
         """The session's replica, or the least busy one up; waits out an outage of all."""
@@ -311,14 +351,16 @@ class VLLMServerPolicy:
         self._expected = learner_logprobs(model, self.probe)  # on every rank: FSDP's is collective
         if self.rank == 0:
             save_weights(model, folder)
+            reloaded = []
             for url in self.urls:
                 if url in self._down:
                     continue  # it gets these weights when it answers again
                 try:
                     self._reload_checked(url, folder)
+                    reloaded.append(url)
                 except ReplicaDown as error:
                     self._mark_down(url, error)
-            synced.touch()
+            _write_atomically(synced, json.dumps(reloaded))  # the other ranks read which
             for old in self.weights_dir.glob(f"{PREFIX}*"):
                 if old.is_dir() and old != folder:
                     shutil.rmtree(old, ignore_errors=True)
@@ -326,6 +368,7 @@ class VLLMServerPolicy:
                     old.unlink(missing_ok=True)
         else:
             self._await(synced)
+            self._skip_unsynced(json.loads(synced.read_text()))
         self._folder = folder
         self.sync_seconds.append(time.perf_counter() - start)
 
@@ -341,6 +384,18 @@ class VLLMServerPolicy:
                 )
             time.sleep(0.05)
 
+    def _skip_unsynced(self, reloaded: list[str]) -> None:
+        """Another rank's view of rank 0's sync: a replica it did not reload is down here too.
+
+        So no rank generates on old weights; each reloads such a replica itself
+        (and probes it) when it answers again (`_recheck_down`).
+        """
+        for url in self.urls:
+            if url not in reloaded:
+                with self._lock:
+                    self._down[url] = time.monotonic() - 1.0  # rechecked at its next turn
+                log.warning("vLLM replica %s missed rank 0's weight sync: down here too", url)
+
     def _reload(self, url: str, folder: Path) -> None:
         """`url` reloads the weights in `folder` in place; its prefix cache is dropped."""
         self._post(url, "/pause?mode=wait", None)
@@ -353,10 +408,16 @@ class VLLMServerPolicy:
 
     def _reload_checked(self, url: str, folder: Path) -> None:
         """`_reload`, then the probe: `url` must now score it as the learner does."""
+        import httpx
+
         self._reload(url, folder)
         served = self.served_logprobs(url, self.probe)
         gap = check_probe(f"vLLM replica {url}", served, self._expected, self.probe_tolerance)
         self.probe_gaps[url].append(gap)
+        try:
+            self.restarts.record(url)  # the process that now holds these weights
+        except httpx.HTTPError as error:
+            raise ReplicaDown(f"GET {url}/server_info: {type(error).__name__}") from None
 
     def served_logprobs(self, url: str, ids: Sequence[int]) -> list[float]:
         """`url`'s log-probability of each token of `ids` after the first (no sampling)."""
@@ -368,7 +429,11 @@ class VLLMServerPolicy:
     def counters(self) -> dict[str, float]:
         """For the run's metrics (`policy/...`): turns moved off a dead replica, replicas down."""
         with self._lock:
-            return {"failovers": float(self.failovers), "replicas_down": float(len(self._down))}
+            return {
+                "failovers": float(self.failovers),
+                "replicas_down": float(len(self._down)),
+                "restarts": float(self.restarts.noticed),
+            }
 
     def release(self, session: Hashable) -> None:
         """The episode is over: its next turns will not come, forget its replica."""
@@ -391,6 +456,10 @@ class VLLMServerPolicy:
             response = self.http.post(f"{url}{path}", json=body)
         except httpx.TransportError as error:
             raise ReplicaDown(f"POST {url}{path}: {type(error).__name__}: {error}") from None
+        if response.status_code >= 500:
+            raise ReplicaError(
+                f"POST {url}{path}: HTTP {response.status_code}: {response.text[:500]}"
+            )
         if response.status_code >= 400:
             raise ServerPolicyError(
                 f"POST {url}{path}: HTTP {response.status_code}: {response.text[:500]}"
@@ -442,3 +511,10 @@ class VLLMServerPolicy:
                         )
                     ]
                 )
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """`path` appears with all of `text` or not at all (other ranks poll for it)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
