@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -210,7 +211,29 @@ def test_sft_then_lora_grpo_then_dpo_then_eval_chain_through_adapters(tmp_path, 
     assert lora.adapter_base(rl.model) == Path(sft.model).resolve()
     assert lora.adapter_base(dpo.model) == Path(rl.model).resolve()
     assert test.model == dpo.model and test.metrics["episodes"] == 4.0
-    assert rl.metrics["train/kl"] >= 0 and dpo.metrics["train/loss"] > 0
+    # a stage's first update starts at its reference (the adapter's B is zero): were the
+    # reference another model (the untuned base), the first KL would not be 0, nor DPO's
+    # first loss -log(sigmoid(0)) = log 2
+    kl = _history(tmp_path / "chain", "chain/rl", "train/kl")
+    dpo_loss = _history(tmp_path / "chain", "chain/dpo", "train/loss")
+    assert len(kl) == 2 and len(dpo_loss) == 2
+    assert kl[0] == pytest.approx(0.0, abs=1e-6)
+    assert kl[-1] > 1e-6  # and the policy then moved away from it
+    assert dpo_loss[0] == pytest.approx(math.log(2), abs=1e-5)
+    assert dpo_loss[-1] != pytest.approx(math.log(2), abs=1e-5)
+
+
+def _history(output_dir: Path, run_name: str, key: str) -> list[float]:
+    """A metric's values, update by update, from the run's MLflow store."""
+    from mlflow import MlflowClient
+
+    from agentgym_core.tracking.mlflow_tracker import sqlite_uri
+
+    client = MlflowClient(tracking_uri=sqlite_uri(output_dir / "mlflow.db"))
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    (run,) = client.search_runs(experiments, f"tags.mlflow.runName = '{run_name}'")
+    history = client.get_metric_history(run.info.run_id, key)
+    return [m.value for m in sorted(history, key=lambda m: m.step)]
 
 
 def test_the_rollout_copy_of_a_lora_learner_shares_its_frozen_base(babyai_model):

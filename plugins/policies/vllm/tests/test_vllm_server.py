@@ -188,6 +188,20 @@ def test_a_short_training_run_generates_on_the_replicas(replicas, vllm_model_dir
     assert len(run.history) == 3
     for update in run.history:
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
+    # the replicas were left with the trained weights (synced after the last update), which
+    # moved away from those they started with: stale replicas would still score the start's
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    trained = AutoModelForCausalLM.from_pretrained(run.checkpoint)
+    start = AutoModelForCausalLM.from_pretrained(vllm_model_dir)
+    probe = ChatFormat(AutoTokenizer.from_pretrained(vllm_model_dir)).prompt_ids(
+        "Reach the goal.", "You see a red ball."
+    )
+    expected = continuation_logprobs(trained, probe)
+    before = continuation_logprobs(start, probe)
+    assert max(abs(a - b) for a, b in zip(expected, before, strict=True)) > 1e-2
+    for url in replicas:
+        assert replica_logprobs(url, probe) == pytest.approx(expected, abs=1e-3)
 
 
 def test_two_learner_ranks_sync_through_rank_0_once_per_sync(vllm_model_dir, tmp_path):
