@@ -227,7 +227,6 @@ def test_fifty_sessions_at_once_beyond_max_sessions(host):
     app = build_app(host.registry, "babyai", BABYAI, protocol="openenv", max_sessions=20)
     refused = threading.Event()
     with ServerThread(app) as server:
-
         held: list[tuple[float, float]] = []  # each admitted session: from reset to close
 
         def session(_: int) -> str:
