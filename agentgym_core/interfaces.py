@@ -119,6 +119,34 @@ class Policy(Protocol):
         ...
 
 
+class PolicyExtras(Protocol):
+    """What a policy may add to `Policy`, and what each changes. All are optional.
+
+    Read with `getattr(policy, name, default)`; `tests/test_architecture.py`
+    fails on a `getattr` of a policy for an attribute not declared here.
+    """
+
+    computes_as_learner: bool
+    """True when the policy samples with the learner's own model and forward pass (the `hf`
+    policy), so its log-probabilities differ from the learner's only by how requests were
+    batched. With rollouts ahead of the learner (`trainer.max_staleness`) and
+    `trainer.behaviour_logprobs: auto`, the behaviour log-probabilities are then recomputed by
+    the learner's packed pass instead of taken from the sampler (`run.rollout_step`)."""
+
+    def counters(self) -> dict[str, float]:
+        """Cumulative figures, logged after every rollout as `policy/<name>`.
+
+        Turns moved off a dead replica, restarts noticed, generation time by part.
+        Changes nothing in training; a resumed run must log the same values as a
+        straight one, so no per-process counts.
+        """
+        ...
+
+
+POLICY_EXTRAS = ("computes_as_learner", "counters")
+"""The names `PolicyExtras` declares."""
+
+
 @dataclass
 class LossInputs:
     """One micro-batch, as tensors of shape [batch, time] aligned on tokens.

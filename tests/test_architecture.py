@@ -213,3 +213,43 @@ def test_the_core_imports_no_plugin():
         if target.startswith(plugin_packages)
     }
     assert wrong == allowed, "the core imports a plugin:\n" + "\n".join(sorted(wrong - allowed))
+
+
+def _policy_getattrs(sources: dict[str, str]) -> set[str]:
+    """`module: name` for each `getattr(<...policy>, "name", ...)` in the sources given."""
+    found = set()
+    for module, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"):
+                continue
+            target, name = node.args[0], node.args[1] if len(node.args) > 1 else None
+            if "policy" in ast.unparse(target) and isinstance(name, ast.Constant):
+                found.add(f"{module}: {name.value}")
+    return found
+
+
+def test_every_optional_policy_attribute_the_core_reads_is_declared(sources=None):
+    """A policy attribute read with getattr changes what a run does: `PolicyExtras` says how."""
+    from agentgym_core.interfaces import POLICY_EXTRAS, Policy, PolicyExtras
+    from agentgym_core.rollout.text import TextPolicy
+
+    def members(protocol) -> set[str]:
+        return {n for n in vars(protocol) if not n.startswith("_")} | set(protocol.__annotations__)
+
+    assert set(POLICY_EXTRAS) == members(PolicyExtras)
+    declared = members(Policy) | members(TextPolicy) | members(PolicyExtras)
+    if sources is None:
+        sources = {module: path.read_text() for module, path in MODULES.items()}
+    undeclared = sorted(
+        read for read in _policy_getattrs(sources) if read.split(": ")[1] not in declared
+    )
+    assert not undeclared, "declare these in interfaces.PolicyExtras:\n" + "\n".join(undeclared)
+
+
+def test_the_policy_attribute_check_can_fail():
+    source = 'def f(policy):\n    return getattr(policy, "speaks_klingon", False)\n'
+    with pytest.raises(AssertionError, match="x.py: speaks_klingon"):
+        test_every_optional_policy_attribute_the_core_reads_is_declared({"x.py": source})
+    assert _policy_getattrs({"x.py": 'getattr(self.policy, "counters", None)'}) == {
+        "x.py: counters"
+    }
