@@ -8,6 +8,7 @@ when plugins load (`check_pending`).
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -107,6 +108,21 @@ def agentgym_register_stage_kinds(register: Register) -> None:
             returns a `StageOutcome`. A `check(config, prefix, earlier)` static
             method on the factory, if present, returns the config `Problem`s of a
             stage of this kind (`earlier`: the stages before it) before any stage runs.
+    """
+
+
+@hookspec
+def agentgym_add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add `agentgym` subcommands, as pytest plugins add options (`pytest_addoption`).
+
+    Called when the `agentgym` command line is built. Add each command with
+    `subparsers.add_parser(name, help=...)` and `.set_defaults(func=...)`;
+    `func(args)` returns the exit code. Import what the command needs inside
+    `func`, so that `agentgym --help` stays quick. A name the core or another
+    plugin already took is refused with a warning naming the plugin.
+
+    Args:
+        subparsers: the `agentgym` parser's subcommands.
     """
 
 

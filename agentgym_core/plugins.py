@@ -297,6 +297,21 @@ class PluginHost:
         if distributed.is_main():
             self.pm.hook.agentgym_after_rollout(step=step, batch=batch, metrics=metrics)
 
+    def add_commands(self, subparsers: Any) -> None:
+        """Call `agentgym_add_commands`, one plugin at a time.
+
+        A name already taken is a `BrokenPluginWarning` naming the plugin; the
+        other plugins' commands still come.
+        """
+        import argparse
+
+        for hook in self.pm.hook.agentgym_add_commands.get_hookimpls():
+            try:
+                hook.function(subparsers=subparsers)
+            except argparse.ArgumentError as error:
+                message = f"plugin {hook.plugin_name!r} adds a command the CLI has: {error}"
+                warnings.warn(message, BrokenPluginWarning, stacklevel=2)
+
     def after_update(self, step: int, metrics: Mapping[str, float]) -> None:
         """Call `agentgym_after_update`."""
         if distributed.is_main():

@@ -159,7 +159,7 @@ def test_the_checker_sees_a_cycle_and_an_arrow_up(monkeypatch):
 MODULE_LINES = 500
 """A core module past this many lines is doing more than one job."""
 
-OVER_TODAY = {"agentgym_core/run/offline.py": 609, "agentgym_core/cli.py": 505}
+OVER_TODAY = {"agentgym_core/run/offline.py": 609}
 """Modules past the limit when it came in, and their size then: they may shrink, not grow,
 until they are split (and leave this list)."""
 
@@ -204,15 +204,13 @@ def _all_imports() -> dict[str, set[str]]:
 def test_the_core_imports_no_plugin():
     """Plugins depend on the core, never the reverse (a plugin may not be installed)."""
     plugin_packages = ("agentgym_env_", "agentgym_policy_", "agentgym_algo", "agentgym_sched")
-    # the one left: `serve-policy` should come from the vllm plugin through a command hook
-    allowed = {"agentgym_core.serve.policy_command imports agentgym_policy_vllm.launch"}
     wrong = {
         f"{module} imports {target}"
         for module, targets in _all_imports().items()
         for target in targets
         if target.startswith(plugin_packages)
     }
-    assert wrong == allowed, "the core imports a plugin:\n" + "\n".join(sorted(wrong - allowed))
+    assert not wrong, "the core imports a plugin:\n" + "\n".join(sorted(wrong))
 
 
 def _policy_getattrs(sources: dict[str, str]) -> set[str]:

@@ -137,3 +137,7 @@ def _step(annotation: Any, key: Any) -> Any:
     if origin in (list, tuple, set, frozenset, abc.Sequence):
         return args[0] if isinstance(key, int) else None
     return args[-1]
+
+
+class UsageError(Exception):
+    """A command-line value the command cannot use; printed as one line, exit status 2."""

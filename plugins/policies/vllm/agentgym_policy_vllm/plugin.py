@@ -13,3 +13,11 @@ def agentgym_register_policies(register):
     register(
         "vllm_server", "agentgym_policy_vllm.server:VLLMServerPolicy", config=VLLMServerPolicyConfig
     )
+
+
+@hookimpl
+def agentgym_add_commands(subparsers):
+    """`agentgym serve-policy`: start the replicas the `vllm_server` policy generates on."""
+    from agentgym_policy_vllm.command import add_parser
+
+    add_parser(subparsers)

@@ -1,4 +1,7 @@
-"""`agentgym serve-policy MODEL --replicas N`: vLLM servers for the `vllm_server` policy."""
+"""`agentgym serve-policy MODEL --replicas N`: vLLM servers for the `vllm_server` policy.
+
+The plugin adds it to the `agentgym` command (`agentgym_add_commands`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ def cmd_serve_policy(args: argparse.Namespace) -> int:
     """Start the replicas with the `vllm` plugin's launcher (it needs vLLM installed)."""
     try:
         import vllm  # noqa: F401
+
         from agentgym_policy_vllm.launch import main
     except ImportError as error:
         raise SystemExit(
