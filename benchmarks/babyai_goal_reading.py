@@ -21,7 +21,7 @@ from pathlib import Path
 from agentgym_env_babyai.world import COLOURS as COLOUR_NAMES
 
 from agentgym_core.data.agenttraj import read_items
-from agentgym_core.run.offline import read_rollout_file
+from agentgym_core.data.trajfiles import read_jsonl as read_rollout_file
 
 COLOURS = "|".join(COLOUR_NAMES)
 GOAL = re.compile(rf"^Your goal: (?:go to|pick up) (?:the|a) (?:({COLOURS}) )?(ball|box|key)$")

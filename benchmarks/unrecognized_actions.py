@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.run.offline import read_rollout_file
+from agentgym_core.data.trajfiles import read_jsonl as read_rollout_file
 from agentgym_core.types import Trajectory
 
 REFUSAL = "not recognized"

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentgym_core.run.offline import save_rollouts  # noqa: E402
+from agentgym_core.run.saved_rollouts import save_rollouts  # noqa: E402
 from agentgym_core.types import Trajectory, Turn  # noqa: E402
 from benchmarks.babyai_goal_reading import classify, count, first_target, goal_object  # noqa: E402
 

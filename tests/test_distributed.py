@@ -237,8 +237,8 @@ def test_two_ranks_train_a_lora_adapter_as_one_process(tmp_path, gotoobj_model):
 @pytest.mark.slow
 def test_two_ranks_run_an_offline_pipeline_as_one_process(tmp_path, gotoobj_model):
     """SFT on expert episodes, sampled eval episodes saved, DPO on their pairs."""
-    from agentgym_core.run.offline import read_rollouts
     from agentgym_core.run.pipeline import run_pipeline
+    from agentgym_core.run.saved_rollouts import read_rollouts
 
     sft = {"name": "sft", "expert": {"episodes": 20, "max_turns": 6}, "batch_size": 5}
     raw = {

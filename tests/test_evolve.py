@@ -16,8 +16,8 @@ from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.checkpoint import latest_checkpoint, load_trainer_state
 from agentgym_core.run.evolve import kept_episodes
-from agentgym_core.run.offline import read_rollouts
 from agentgym_core.run.pipeline import run_pipeline
+from agentgym_core.run.saved_rollouts import read_rollouts
 from agentgym_core.types import Termination, Trajectory
 
 pytest.importorskip("agentgym_env_babyai")

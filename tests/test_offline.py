@@ -22,8 +22,9 @@ from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.eval_stage import run_eval_stage
 from agentgym_core.run.kinds import run_stage
-from agentgym_core.run.offline import read_rollouts, step_indices
+from agentgym_core.run.offline_data import step_indices
 from agentgym_core.run.pipeline import run_pipeline
+from agentgym_core.run.saved_rollouts import read_rollouts
 from agentgym_core.types import Trajectory
 
 pytest.importorskip("agentgym_env_babyai")
@@ -481,7 +482,7 @@ def test_an_sft_stage_shares_its_expert_episodes_among_processes_as_asked(
     tmp_path, babyai_model, monkeypatch
 ):
     """`algorithm.expert.workers` reaches the processes; the stage's data is one process's."""
-    from agentgym_core.run import offline
+    from agentgym_core.run import offline_data as offline
 
     shares = []
     in_processes = offline.expert_items_in_processes

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentgym_core.run.offline import save_rollouts
+from agentgym_core.run.saved_rollouts import save_rollouts
 from agentgym_core.types import Trajectory, Turn
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "unrecognized_actions.py"

@@ -36,8 +36,9 @@ from agentgym_core.run.components import (
 )
 from agentgym_core.run.evaluate import EvalSettings, evaluate_model
 from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics
-from agentgym_core.run.offline import OfflineStage, is_offline, save_rollouts, source_problems
+from agentgym_core.run.offline import OfflineStage, is_offline, source_problems
 from agentgym_core.run.rollout_step import rollout_settings
+from agentgym_core.run.saved_rollouts import save_rollouts
 from agentgym_core.types import Termination, Trajectory
 
 KEPT = "kept.jsonl"

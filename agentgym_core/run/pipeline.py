@@ -17,12 +17,8 @@ from agentgym_core import distributed
 from agentgym_core.config.stages import Stage, expand_stages
 from agentgym_core.plugins import PluginHost
 from agentgym_core.run.kinds import run_stage
-from agentgym_core.run.offline import (
-    RolloutRecorder,
-    stage_prefix,
-    start_recording,
-    stop_recording,
-)
+from agentgym_core.run.offline import stage_prefix
+from agentgym_core.run.saved_rollouts import RolloutRecorder, start_recording, stop_recording
 from agentgym_core.tracking.mlflow_tracker import MlflowTracker, sqlite_uri
 
 
