@@ -20,9 +20,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "${PIP[@]}" install -qq "$TORCH"
 # core, the plugin, and what its tests and benchmarks use (BabyAI episodes, a GRPO update,
-# a fixed horizon for the short training run)
-"${PIP[@]}" install -qq "$TORCH" -e '.[dev,lora,gguf]' \
+# a fixed horizon for the short training run; env servers and the remote env for the chaos run)
+"${PIP[@]}" install -qq "$TORCH" -e '.[dev,lora,gguf,serve]' \
     -e plugins/envs/babyai \
+    -e plugins/envs/remote \
     -e plugins/algorithms/grpo \
     -e plugins/schedulers/fixed \
     -e 'plugins/policies/vllm[cpu]'

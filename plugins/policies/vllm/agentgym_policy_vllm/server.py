@@ -427,12 +427,15 @@ class VLLMServerPolicy:
         return [float(row[str(t)]["logprob"]) for row, t in zip(rows, ids[1:], strict=True)]
 
     def counters(self) -> dict[str, float]:
-        """For the run's metrics (`policy/...`): turns moved off a dead replica, replicas down."""
+        """For the run's metrics (`policy/...`): failovers, replicas down, restarts, probe gap."""
         with self._lock:
+            latest = [gaps[-1] for gaps in self.probe_gaps.values() if gaps]
             return {
                 "failovers": float(self.failovers),
                 "replicas_down": float(len(self._down)),
                 "restarts": float(self.restarts.noticed),
+                # the newest probe of each replica: its gap to the learner's log-probs
+                "probe_gap_max": max(latest, default=0.0),
             }
 
     def release(self, session: Hashable) -> None:
