@@ -370,10 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym_core.run.signals import exit_cleanly_on_sigterm
 
     stops = (ConfigError, RegistryError, FileNotFoundError, FileExistsError, UsageError)
-    args = build_parser().parse_args(argv)
     exit_cleanly_on_sigterm()  # a killed run still closes its envs (browsers, JVMs)
     with warnings.catch_warnings():  # restores the global hook when main returns
         warnings.showwarning = _one_line_warnings(warnings.showwarning)
+        # plugins load as the parser is built (their commands): their warnings are one line
+        args = build_parser().parse_args(argv)
         try:
             if getattr(args, "check", None):
                 args.check(args)

@@ -10,8 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from agentgym_core import env_options
 from agentgym_core.config.errors import UsageError
-from agentgym_core.env_options import make_env, parse_options, plugin_host
+from agentgym_core.env_options import make_env, parse_options
 from agentgym_core.modeling.gguf import DTYPES
 
 
@@ -148,7 +149,7 @@ def cmd_model_init(args: argparse.Namespace) -> int:
     """Build a tiny model whose tokenizer is trained on an environment's own text."""
     from agentgym_core.modeling.tiny import TinyModelConfig, env_corpus, init_model
 
-    host = plugin_host()
+    host = env_options.plugin_host()  # looked up here: tests install their plugins on it
     env = make_env(host, args.env, args.env_option)
     try:
         tasks = list(env.tasks("train"))[: args.tasks]
