@@ -9,8 +9,8 @@ trainer is stopped (SIGTERM) and the run's MLflow store, the servers and the
 learner's memory are read:
 
 - updates done, kills survived, episodes replayed after an env error;
-- updates whose batch kept an env_error episode (left out of the loss:
-  `TrajectoryBatch.trainable`), and updates trained on one (want 0);
+- updates whose batch kept an env_error episode (left out of the loss by
+  `TrajectoryBatch.trainable`, so no update trains on one: not a measurement);
 - env ids left open on the servers at the end (want 0);
 - the learner ranks' resident memory after warm-up, as a slope (want flat);
 - the largest probe gap of a replica after a weight sync (policy/probe_gap_max, want under
@@ -282,8 +282,8 @@ def report(history, targets, chaos, memory, servers, minutes) -> dict:
         "kills_total": sum(len(t.kills) for t in targets),
         "restart_failures": chaos.errors if chaos else [],
         "episodes_replayed": sum(history.get("rollout/env_errors_replayed", [])),
+        # kept in the batch but left out of the loss (TrajectoryBatch.trainable)
         "updates_with_env_error_episodes_left_out": sum(1 for e in errors_left if e > 0),
-        "updates_trained_on_env_errors": 0,  # TrajectoryBatch.trainable leaves them out
         "env_ids_left_open": open_ids(servers),
         "learner_rss_mb_first_last": [memory.samples[0][1], memory.samples[-1][1]]
         if memory.samples
