@@ -63,11 +63,14 @@ def _call(command: list[str], log: Path) -> None:
 
 
 def file_hashes(out: Path) -> dict[str, str]:
-    """md5 of each data file a stage wrote (`expert.json` and the like), by relative path."""
+    """md5 of each data file a stage wrote (`expert.json` and the like), by relative path.
+
+    A stage's `stage_outcome.json` is left out: it holds paths and seconds, which differ.
+    """
     return {
         str(path.relative_to(out)): hashlib.md5(path.read_bytes()).hexdigest()
         for path in sorted(out.rglob("*.json"))
-        if "checkpoints" not in path.parts
+        if "checkpoints" not in path.parts and path.name != "stage_outcome.json"
     }
 
 

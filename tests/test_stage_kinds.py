@@ -112,3 +112,37 @@ def test_an_offline_stage_needs_an_offline_algorithm(tmp_path, agentgym_host):
 
 def test_the_core_registers_its_kinds(agentgym_host):
     assert {"train", "offline", "eval", "evolve"} <= set(agentgym_host.registry.names("stage"))
+
+
+def test_a_rerun_pipeline_takes_finished_stages_from_their_records(
+    tmp_path, agentgym_plugin, capsys
+):
+    host = agentgym_plugin(CopyKind(), name="copy-kind")
+    stages = [
+        {"name": "one", "type": "copy", "options": {"label": "1"}},
+        {"name": "two", "type": "copy", "options": {"label": "2"}},
+    ]
+    config = _config(tmp_path, stages)
+    first = run_pipeline(validate_dict(config, host.registry), host, show_progress=False)
+    copied = first[-1].model / "chain.txt"
+    copied.write_text("marked")  # a stage that ran again would write s12 back
+
+    again = run_pipeline(validate_dict(config, host.registry), host, show_progress=False)
+    assert copied.read_text() == "marked"
+    assert [(r.model, r.metrics, r.seconds) for r in again] == [
+        (r.model, r.metrics, r.seconds) for r in first
+    ]
+    assert "[two] finished earlier" in capsys.readouterr().out
+
+    stages[1]["options"]["label"] = "3"  # a changed config runs that stage again
+    run_pipeline(validate_dict(config, host.registry), host, show_progress=False)
+    assert copied.read_text() == "s13"
+
+    (tmp_path / "start" / "chain.txt").write_text("t")  # new start weights run both again
+    run_pipeline(validate_dict(config, host.registry), host, show_progress=False)
+    assert copied.read_text() == "t13"
+
+    config["trainer"] = {"resume": False}  # a fresh start is asked for: everything runs
+    copied.write_text("marked")
+    run_pipeline(validate_dict(config, host.registry), host, show_progress=False)
+    assert copied.read_text() == "t13"

@@ -243,7 +243,9 @@ class TrainerConfig(_Block):
     )
     eval_every: int = Field(0, ge=0, description="Evaluate every N updates; 0: never mid-run.")
     resume: bool = Field(
-        True, description="Continue from the newest checkpoint in run.output_dir if any."
+        True,
+        description="Continue from the newest checkpoint in run.output_dir if any, and take "
+        "a finished stage's outcome from its stage_outcome.json instead of running it again.",
     )
     max_staleness: int = Field(
         0,

@@ -16,7 +16,8 @@ from typing import Any
 from agentgym_core import distributed
 from agentgym_core.config.stages import Stage, expand_stages
 from agentgym_core.plugins import PluginHost
-from agentgym_core.run.kinds import run_stage
+from agentgym_core.run.finished import RECORD, finished_outcome, record_outcome
+from agentgym_core.run.kinds import StageOutcome, run_stage
 from agentgym_core.run.offline import stage_prefix
 from agentgym_core.run.saved_rollouts import RolloutRecorder, start_recording, stop_recording
 from agentgym_core.tracking.mlflow_tracker import MlflowTracker, sqlite_uri
@@ -89,10 +90,50 @@ def _observed(
         stop_recording(host, recorder)
 
 
+def _say_finished(stage: Stage, outcome: StageOutcome) -> None:
+    """Say that a stage is taken from its record; an evaluation's table is shown again."""
+    print(f"[{stage.name}] finished earlier: its {RECORD} is taken, not run again")
+    if stage.type == "eval":
+        from agentgym_core.run.eval_stage import eval_table
+
+        print(eval_table(outcome.metrics, stage.config.root.eval.k))
+
+
+def _run(
+    stage: Stage,
+    index: int,
+    resolved: Any,
+    host: PluginHost,
+    model_path: Path,
+    earlier: dict[str, Path],
+    show_progress: bool,
+    quiet: bool,
+) -> StageOutcome:
+    """Run one stage as its kind, tracked and recorded on the main process."""
+    with _observed(stage, host, Path(resolved.root.run.output_dir)) as (tracker, recorder):
+        return run_stage(
+            stage.config,
+            host,
+            kind=stage.kind,
+            name=stage.name,
+            options=stage.options,
+            start_model=model_path,
+            earlier=earlier,
+            prefix=stage_prefix(resolved, index),
+            tracker=tracker,
+            recorder=recorder,
+            show_progress=show_progress,
+            quiet=quiet,
+        )
+
+
 def run_pipeline(
     resolved: Any, host: PluginHost, *, show_progress: bool = True, quiet: bool = False
 ) -> list[StageResult]:
-    """Run every stage as its registered kind; each starts from the previous stage's checkpoint."""
+    """Run every stage as its registered kind; each starts from the previous stage's checkpoint.
+
+    A stage that finished in an earlier run of the same pipeline is not run again (`finished`).
+    """
     model_path = Path(resolved.root.model.path)
     store_dir = Path(resolved.root.run.output_dir)
     store_dir.mkdir(parents=True, exist_ok=True)
@@ -102,31 +143,19 @@ def run_pipeline(
     for index, stage in enumerate(stages):
         start = time.perf_counter()
         Path(stage.config.root.run.output_dir).mkdir(parents=True, exist_ok=True)
-        with _observed(stage, host, store_dir) as (tracker, recorder):
-            outcome = run_stage(
-                stage.config,
-                host,
-                kind=stage.kind,
-                name=stage.name,
-                options=stage.options,
-                start_model=model_path,
-                earlier=earlier,
-                prefix=stage_prefix(resolved, index),
-                tracker=tracker,
-                recorder=recorder,
-                show_progress=show_progress,
-                quiet=quiet,
-            )
+        if done := finished_outcome(stage, model_path):
+            outcome, seconds = done
+            if distributed.is_main() and not quiet:
+                _say_finished(stage, outcome)
+        else:
+            outcome = _run(stage, index, resolved, host, model_path, earlier, show_progress, quiet)
+            seconds = time.perf_counter() - start
+            if distributed.is_main():
+                record_outcome(stage, model_path, outcome, seconds)
         model_path = outcome.checkpoint
         distributed.wait()  # the main process's files of this stage exist before any rank reads
         earlier[stage.name] = Path(stage.config.root.run.output_dir)
         results.append(
-            StageResult(
-                stage.name,
-                stage.type,
-                model_path,
-                dict(outcome.metrics),
-                time.perf_counter() - start,
-            )
+            StageResult(stage.name, stage.type, model_path, dict(outcome.metrics), seconds)
         )
     return results
