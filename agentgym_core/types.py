@@ -123,6 +123,15 @@ class Trajectory:
 
     Set by the learner before `Algorithm.advantages` when the algorithm needs a critic.
     """
+    behaviour_logprobs: list[float] | None = None
+    """Per-token log-probabilities of the sampling weights as the learner computes them, when
+    the trainer recomputes them for stale rollouts (`trainer.behaviour_logprobs`); None: the
+    sampler's `logprobs` stand for them. `logprobs` stays as sampled either way."""
+
+    @property
+    def behaviour(self) -> list[float]:
+        """The behaviour policy's log-probabilities the learner weighs and penalizes against."""
+        return self.logprobs if self.behaviour_logprobs is None else self.behaviour_logprobs
 
     @property
     def num_turns(self) -> int:

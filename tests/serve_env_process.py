@@ -31,7 +31,7 @@ class EnvServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # importing torch on a busy 2-core machine is slow
         while True:
             try:
                 httpx.get(f"{self.url}/info", timeout=1)

@@ -212,3 +212,52 @@ def test_a_cap_below_one_or_an_unknown_mode_is_refused_by_key(cap, mode):
         validate_dict(raw)
     key = "trainer.importance_cap" if cap < 1 else "trainer.importance_mode"
     assert f"{key}:" in str(raised.value)
+
+
+def test_recomputed_behaviour_logprobs_go_beside_the_sampled_ones(tiny_model):
+    """`recompute_behaviour` writes `behaviour_logprobs`; the sampled `logprobs` stay."""
+    from types import SimpleNamespace
+
+    from agentgym_core.run.rollout_step import recompute_behaviour
+
+    model, _ = tiny_model
+    trajectories = _stale_batch(model)
+    sampled = [list(t.logprobs) for t in trajectories]
+    trainer = SimpleNamespace(
+        packing="padded", row_tokens=None, micro_batch_tokens=4096, share_prompts=True
+    )
+    root = SimpleNamespace(trainer=trainer, rollout=SimpleNamespace(temperature=1.0))
+    recompute_behaviour(model, TrajectoryBatch(trajectories), root)
+    for trajectory, before in zip(trajectories, sampled, strict=True):
+        assert trajectory.logprobs == before
+        alone = copy.deepcopy(trajectory)
+        (mb,) = pack([alone], row_tokens=None, micro_batch_tokens=1000)
+        with torch.no_grad():
+            own = [0.0] + token_logprobs(model.eval(), mb, 1.0)[0][0, :-1].tolist()
+        agent = [own[i] * m for i, m in enumerate(trajectory.loss_mask)]
+        assert trajectory.behaviour_logprobs == pytest.approx(agent, abs=1e-5)
+        assert trajectory.behaviour is trajectory.behaviour_logprobs
+
+
+@pytest.mark.parametrize("weigh", ["in_pass", "up_front"])
+def test_both_corrections_weigh_against_the_behaviour_logprobs_not_the_sampled(tiny_model, weigh):
+    """A batch whose recomputed values sit beside garbage sampled ones trains as the batch
+    whose sampled values are those recomputed ones."""
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    model, _ = tiny_model
+    beside = _stale_batch(model)
+    for trajectory in beside:
+        trajectory.behaviour_logprobs = list(trajectory.logprobs)
+        trajectory.logprobs = [-0.5 * m for m in trajectory.loss_mask]  # not what is weighed
+    plain = _stale_batch(model)
+    stale = OffPolicySettings(max_staleness=1, importance_cap=2.0)
+    settings = LearnerSettings(lr=1e-2, off_policy=stale)
+    results = []
+    for batch in (beside, plain):
+        learner = Learner(copy.deepcopy(model), GRPO(GRPOConfig()), settings)
+        correction = DecoupledUpFront(2.0) if weigh == "up_front" else None
+        results.append(learner.update(TrajectoryBatch(batch), correction))
+    got, reference = results
+    for key in ("loss", "grad_norm", "importance_weight_mean", "importance_weight_max"):
+        assert got[key] == pytest.approx(reference[key], rel=1e-6), key

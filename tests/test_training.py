@@ -210,13 +210,13 @@ def test_an_env_that_stays_down_stops_the_run_after_env_recovery_s(
         _flaky_run(tmp_path, babyai_model, agentgym_plugin, {1, 2, 3, 4}, set(), "down")
     message = str(raised.value)
     assert message.startswith("update 2: 16 of 16 episodes ended in env_error")
-    assert "env 'flaky-babyai' did not answer within rollout.env_recovery_s=1 s" in message
+    assert "env 'flaky-babyai' did not come back within rollout.env_recovery_s=1 s" in message
     assert "ConnectionError: env server gone at update 1" in message
     # the update played during the outage was not trained on and left no checkpoint
     checkpoints = tmp_path / "down" / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-000001"]
     assert message.endswith(f"the newest weights, {checkpoints / 'step-000001'}.")
-    assert "Waiting up to 1 s (rollout.env_recovery_s)" in capsys.readouterr().out
+    assert "once the env answers (waiting up to 1 s)" in capsys.readouterr().out
 
 
 def test_env_errors_below_outage_fraction_are_left_out_not_waited_for(
@@ -228,7 +228,7 @@ def test_env_errors_below_outage_fraction_are_left_out_not_waited_for(
     errors = [m["rollout/env_errors"] for m in result.history]
     assert len(result.history) == 5 and sum(errors) > 0
     assert all(e % 4 == 0 and e < 8 for e in errors)  # whole groups, under half the batch
-    assert "Waiting up to" not in capsys.readouterr().out
+    assert "waiting up to" not in capsys.readouterr().out
 
 
 # -- rollouts ahead of the learner (trainer.max_staleness) ---------------------------------

@@ -179,6 +179,14 @@ class RolloutConfig(_Block):
         description="How long training and evaluation wait for an environment that is down "
         "(probing it with backoff) before they stop; 0: stop at once.",
     )
+    env_error_retries: int = Field(
+        3,
+        ge=0,
+        description="Times an episode that ended in env_error is played again (same task and "
+        "seed), in training and evaluation alike: at once while few failed, after the env "
+        "answers a probe when trainer.outage_fraction of them failed. What still fails: an "
+        "outage stops training, an evaluation is partial.",
+    )
 
     @model_validator(mode="after")
     def _turn_fits(self) -> RolloutConfig:
@@ -288,7 +296,8 @@ class TrainerConfig(_Block):
         gt=0,
         le=1,
         description="An update whose episodes end in env_error this often (or more) is an "
-        "outage: not trained on, played again once the env answers (rollout.env_recovery_s).",
+        "outage: they are played again once the env answers (rollout.env_recovery_s, "
+        "rollout.env_error_retries); one still an outage after that stops the run, untrained.",
     )
 
     @model_validator(mode="after")
@@ -307,11 +316,11 @@ class EvalConfig(_Block):
 
     split: str = Field("test", min_length=1, description="Task split to evaluate.")
     num_tasks: int | None = Field(None, gt=0, description="First N tasks of the split; null: all.")
-    env_error_retries: int = Field(
-        3,
+    env_error_retries: int | None = Field(
+        None,
         ge=0,
-        description="Times an episode that ended in env_error is played again (same task and "
-        "seed, once the env answers); what still fails makes the result partial.",
+        description="Times an episode that ended in env_error is played again, as in "
+        "training; null: rollout.env_error_retries. What still fails makes the result partial.",
     )
     k: int = Field(1, gt=0, description="Samples per task (Avg@k, Pass@k).")
     max_turns: int | None = Field(

@@ -228,7 +228,8 @@ def _meta(trajectory: Trajectory, omitted: set[int]) -> dict[str, Any]:
             saved["observation"] = turn.observation
         turns.append(saved)
     data = trajectory.to_dict()
-    for key in (*TOKEN_FIELDS, "ref_logprobs", "values"):  # per-token lists: not for files
+    per_token = (*TOKEN_FIELDS, "ref_logprobs", "values", "behaviour_logprobs")
+    for key in per_token:  # per-token lists: not for files
         data.pop(key, None)
     data["turns"] = turns
     return data

@@ -151,7 +151,7 @@ class DecoupledInPass:
         """The detached values as proximal, and the behaviour weights against the sampler's."""
         old = logprobs.detach()
         device = old.device
-        behaviour, mask = batch.sampler_logprobs.to(device), batch.mask.to(device)
+        behaviour, mask = batch.behaviour_logprobs.to(device), batch.mask.to(device)
         weights = self.weights.weigh(old, behaviour, mask, tally=real)
         return old, batch.advantages.to(device) * weights
 
@@ -178,7 +178,7 @@ class DecoupledUpFront:
         old, advantages, raw_all = [], [], []
         for trajectory, (values, _, _) in zip(trajectories, results, strict=True):
             weights, raw = importance_weights(
-                values, trajectory.logprobs, trajectory.loss_mask, self.cap, self.mode
+                values, trajectory.behaviour, trajectory.loss_mask, self.cap, self.mode
             )
             old.append(values)
             advantages.append(

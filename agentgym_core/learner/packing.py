@@ -50,7 +50,10 @@ class MicroBatch:
     targets: torch.Tensor
     mask: torch.Tensor
     sampler_logprobs: torch.Tensor
-    """The behaviour policy's log-probabilities, as the rollout recorded them."""
+    """The sampler's log-probabilities, as the rollout recorded them."""
+    behaviour_logprobs: torch.Tensor
+    """The behaviour policy's (`Trajectory.behaviour`): recomputed ones where the trainer
+    recomputed them, else the sampler's."""
     advantages: torch.Tensor
     returns: torch.Tensor
     ref_logprobs: torch.Tensor
@@ -246,6 +249,7 @@ _SHIFTED = {  # field -> the Trajectory attribute it holds, shifted by one (posi
     "targets": "token_ids",
     "mask": "loss_mask",
     "sampler_logprobs": "logprobs",
+    "behaviour_logprobs": "behaviour",
     "advantages": "advantages",
     "returns": "returns",
     "ref_logprobs": "ref_logprobs",

@@ -90,7 +90,7 @@ def token_rewards(trajectory: Trajectory, *, outcome: float, kl_coef: float = 0.
                 "ask for a reference (AlgorithmNeeds.reference) so the learner sets them"
             )
         rewards = [
-            -kl_coef * (trajectory.logprobs[i] - trajectory.ref_logprobs[i]) for i in positions
+            -kl_coef * (trajectory.behaviour[i] - trajectory.ref_logprobs[i]) for i in positions
         ]
     rewards[-1] += outcome
     return rewards

@@ -19,6 +19,7 @@ from agentgym_core.run.components import (
 )
 from agentgym_core.run.evaluate import (
     EvalSettings,
+    error_retries,
     evaluate_model,
     evaluate_text_policy,
     partial_note,
@@ -49,8 +50,9 @@ def eval_settings(
         greedy=block.greedy,
         temperature=block.temperature,
         seed=root.run.seed,
-        env_error_retries=block.env_error_retries,
+        env_error_retries=error_retries(root),
         env_recovery_s=root.rollout.env_recovery_s,
+        outage_fraction=root.trainer.outage_fraction,
         constrained=block.constrained,
     )
 

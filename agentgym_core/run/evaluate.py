@@ -1,15 +1,14 @@
 """Evaluation: play a split k times per task and report success, reward, Avg@k and Pass@k.
 
 An evaluation is complete or says loudly that it is not: episodes that end in
-env_error are played again (same task, same seed) once the environment
-answers, up to `eval.env_error_retries` times; what still fails is counted,
-and the metrics carry `partial: 1.0`.
+env_error are played again as in training (`recovery.replay_env_errors`, up to
+`eval.env_error_retries` times); what still fails is counted, and the metrics
+carry `partial: 1.0`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +35,17 @@ class EvalSettings:
     seed: int = 0
     env_error_retries: int = 3
     env_recovery_s: float = 300.0
+    outage_fraction: float = 0.5
+    """This share of episodes in env_error waits for the env before the first replay."""
     constrained: bool | None = None  # None: as the rollout settings say
     progress: bool = True
     """A line of episodes done and success so far, at most every 30 s (on stderr)."""
+
+
+def error_retries(root: Any) -> int:
+    """`eval.env_error_retries`, or training's when it is not set."""
+    retries = root.eval.env_error_retries
+    return root.rollout.env_error_retries if retries is None else retries
 
 
 def evaluation_tasks(env_factory: Any, split: str, num_tasks: int | None) -> list[int]:
@@ -89,57 +96,30 @@ def run_evaluation(
         for sample in range(settings.k)
     ]
     play = evaluation_play(settings, rollout)
-    mine = distributed.shard(episodes)
     show = settings.progress and distributed.is_main()
-    progress = EpisodeProgress(len(mine), "eval") if show else None
-    trajectories = distributed.gather(
-        engine.run(mine, play, progress, progress.turn if progress else None)
+    progress = EpisodeProgress(len(distributed.shard(episodes)), "eval") if show else None
+
+    def run(specs: list[EpisodeSpec], shown: EpisodeProgress | None = None) -> list[Trajectory]:
+        mine = distributed.shard(specs)
+        return distributed.gather(engine.run(mine, play, shown, shown.turn if shown else None))
+
+    rules = recovery.ReplayRules(
+        retries=settings.env_error_retries,
+        outage_fraction=settings.outage_fraction,
+        recovery_s=settings.env_recovery_s,
+        probe_timeout_s=play.env_timeout_s,
     )
-    trajectories = _replay_env_errors(engine, episodes, trajectories, settings, play)
+    trajectories, _ = recovery.replay_env_errors(
+        run, episodes, run(episodes, progress), rules, engine.env_factory, say=_say
+    )
     metrics = summarize(trajectories, settings.k)
     metrics["partial"] = float(bool(recovery.env_errors(trajectories)))
     return metrics, trajectories
 
 
-def _replay_env_errors(
-    engine: RolloutEngine,
-    episodes: list[EpisodeSpec],
-    trajectories: list[Trajectory],
-    settings: EvalSettings,
-    play: RolloutSettings,
-) -> list[Trajectory]:
-    """Play env_error episodes again once the env answers; the rest stay as they were."""
-    trajectories = list(trajectories)
-    deadline = time.monotonic() + settings.env_recovery_s
-    for attempt in range(1, settings.env_error_retries + 1):
-        failed = [i for i, t in enumerate(trajectories) if recovery.is_env_error(t)]
-        if not failed:
-            break
-        last = recovery.last_error([trajectories[i] for i in failed])
-        _say(
-            f"evaluation: {len(failed)} of {len(trajectories)} episodes ended in env_error "
-            f"(last: {last}); retry {attempt} of {settings.env_error_retries} once the env answers"
-        )
-        answered = recovery.wait_for_env(
-            engine.env_factory,
-            list(dict.fromkeys(episodes[i].task_id for i in failed)),
-            deadline=deadline,
-            timeout_s=play.env_timeout_s,
-            say=_say,
-        )
-        if not answered:
-            break
-        again = distributed.gather(
-            engine.run(distributed.shard([episodes[i] for i in failed]), play)
-        )
-        for index, trajectory in zip(failed, again, strict=True):
-            trajectories[index] = trajectory
-    return trajectories
-
-
 def _say(text: str) -> None:
     if distributed.is_main():
-        print(f"agentgym: {text}", flush=True)
+        print(f"agentgym: evaluation: {text}", flush=True)
 
 
 def partial_note(metrics: dict[str, float], trajectories: list[Trajectory]) -> str:

@@ -34,7 +34,7 @@ from agentgym_core.run.components import (
     check_context_fits,
     load_configured_model,
 )
-from agentgym_core.run.evaluate import EvalSettings, evaluate_model
+from agentgym_core.run.evaluate import EvalSettings, error_retries, evaluate_model
 from agentgym_core.run.kinds import StageContext, StageOutcome, last_metrics
 from agentgym_core.run.offline import OfflineStage, is_offline, source_problems
 from agentgym_core.run.rollout_step import rollout_settings
@@ -164,8 +164,9 @@ class EvolveStage:
             greedy=options.greedy,
             temperature=options.temperature,
             seed=self.root.run.seed + 1_000 * round_index,
-            env_error_retries=self.root.eval.env_error_retries,
+            env_error_retries=error_retries(self.root),
             env_recovery_s=self.root.rollout.env_recovery_s,
+            outage_fraction=self.root.trainer.outage_fraction,
         )
         rollout = rollout_settings(self.root, max_turns=options.max_turns, seed=settings.seed)
         model, tokenizer = load_configured_model(self.root.model, model_path)

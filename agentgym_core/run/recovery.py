@@ -1,12 +1,17 @@
-"""Waiting out an environment outage, so that an outage costs time, not updates or numbers.
+"""Episodes lost to the environment, played again: one policy for training and evaluation.
 
 An update whose episodes (mostly) ended in `env_error` has nothing to learn
 from, and an evaluation with env errors measures only the episodes that
-survived. Both wait for the environment instead: a probe builds a new
+survived. Both follow `replay_env_errors`: an episode that ended in
+env_error is played again (same task, group, sample and seed), up to
+`retries` times. While only a few failed, a replay is immediate (another env
+server may answer; a broken task costs no wait); when `outage_fraction` of
+them or more failed, the environment is probed first: a probe builds a new
 instance (for `remote`, a new session on the server: its create and reset),
 resets it to a known task and closes it, with backoff (1, 2, 4 ... 30 s)
-until it answers or `rollout.env_recovery_s` has passed. Every wait is said
-on the console, with the reason.
+until it answers or `recovery_s` has passed. Every wait is
+said on the console, with the reason. What still fails is the caller's to
+judge: training stops on an outage, evaluation reports a partial result.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from agentgym_core import distributed
 from agentgym_core.types import Termination, Trajectory
 
 MAX_BACKOFF_S = 30.0
@@ -102,3 +109,69 @@ def wait_for_env(
         say(f"the environment is down ({problem}); next probe in {pause:.0f} s")
         sleep(pause)
         backoff *= 2
+
+
+@dataclass(frozen=True)
+class ReplayRules:
+    """How episodes that ended in env_error are played again."""
+
+    retries: int
+    """Times an episode is played again at most (`rollout.env_error_retries`)."""
+    outage_fraction: float
+    """This share of the episodes failing is an outage: wait for the env before replaying
+    (fewer are replayed at once)."""
+    recovery_s: float
+    """The longest wait for the env, over all replays (`rollout.env_recovery_s`)."""
+    probe_timeout_s: float
+    """How long one probe may take (`rollout.env_timeout_s`)."""
+
+
+def replay_env_errors(
+    play: Callable[[list[Any]], list[Trajectory]],
+    episodes: Sequence[Any],
+    played: Sequence[Trajectory],
+    rules: ReplayRules,
+    env_factory: Callable[[], Any],
+    *,
+    say: Callable[[str], None] = print,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[list[Trajectory], int]:
+    """`played` (the trajectories of `episodes`) with env_error episodes played again.
+
+    `play(specs)` plays episode specs and returns their trajectories in order,
+    on every rank (a collective under `accelerate launch`, as the decisions
+    here are: every rank sees the same trajectories). Returns the trajectories
+    and how many episodes were played again.
+    """
+    trajectories, replayed = list(played), 0
+    deadline = clock() + rules.recovery_s
+    for attempt in range(1, rules.retries + 1):
+        failed = [i for i, t in enumerate(trajectories) if is_env_error(t)]
+        if not failed:
+            break
+        waits = is_outage(len(failed), len(trajectories), rules.outage_fraction)
+        when = f"once the env answers (waiting up to {rules.recovery_s:g} s)" if waits else "now"
+        say(
+            f"{len(failed)} of {len(trajectories)} episodes ended in env_error (last: "
+            f"{last_error([trajectories[i] for i in failed])}); replay {attempt} of "
+            f"{rules.retries} {when}"
+        )
+        if waits:
+            tasks = list(dict.fromkeys(episodes[i].task_id for i in failed))
+            answered = wait_for_env(
+                env_factory,
+                tasks,
+                deadline=deadline,
+                timeout_s=rules.probe_timeout_s,
+                say=say,
+                sleep=sleep,
+                clock=clock,
+            )
+            if not all(distributed.gather([answered])):  # ranks agree, or none replays
+                break
+        again = play([episodes[i] for i in failed])
+        for index, trajectory in zip(failed, again, strict=True):
+            trajectories[index] = trajectory
+        replayed += len(failed)
+    return trajectories, replayed

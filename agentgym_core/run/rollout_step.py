@@ -82,13 +82,15 @@ def make_engine(components: Components, policy: Any, tokenizer: Any, model: Any,
 
 @dataclass
 class RolloutStep:
-    """Plays update `step`'s episodes; during an env outage, waits and plays them again.
+    """Plays update `step`'s episodes, playing again those the environment lost.
 
-    An update whose episodes ended in env_error for `trainer.outage_fraction`
-    of them or more is not trained on: the env is probed until it answers (up
-    to `rollout.env_recovery_s`), then the same episodes are played again.
-    Past that time the run stops (`EnvironmentDown`), naming `newest()`, the
-    weights a rerun resumes from; nothing was written for the update.
+    Episodes in env_error are played again by the same policy as evaluation's
+    (`recovery.replay_env_errors`): at once while few failed, after the env
+    answers when `trainer.outage_fraction` of them or more failed. An update
+    still an outage after `rollout.env_error_retries` replays, or
+    `rollout.env_recovery_s` of waiting, is not trained on: the run stops
+    (`EnvironmentDown`), naming `newest()`, the weights a rerun resumes from;
+    nothing was written for the update.
     """
 
     root: Any
@@ -102,33 +104,16 @@ class RolloutStep:
 
     def __call__(self, step: int, history: list[dict[str, float]]) -> Played:
         """The update's metrics and batch, once enough of its episodes reached the env."""
-        deadline = None
-        while True:
-            metrics, batch = self.play(step, history)
-            failed = recovery.env_errors(batch.trajectories)
-            if not recovery.is_outage(len(failed), len(batch), self.root.trainer.outage_fraction):
-                if self.recompute_with is not None:
-                    recompute_behaviour(self.recompute_with, batch, self.root)
-                return metrics, batch
-            recovery_s = self.root.rollout.env_recovery_s
-            deadline = deadline or time.monotonic() + recovery_s
-            say(
-                f"update {step + 1}: {len(failed)} of {len(batch)} episodes ended in env_error "
-                f"(last: {recovery.last_error(failed)}); not training on it. Waiting up to "
-                f"{recovery_s:g} s (rollout.env_recovery_s) for env {self.root.env.name!r}."
-            )
-            if not recovery.wait_for_env(
-                self.components.env_factory,
-                list(dict.fromkeys(t.task_id for t in batch)),
-                deadline=deadline,
-                timeout_s=self.root.rollout.env_timeout_s,
-                say=say,
-            ):
-                raise environment_down(self.root, step, batch, self.newest())
-            say(f"update {step + 1}: playing its episodes again")
+        metrics, batch = self.play(step, history)
+        failed = recovery.env_errors(batch.trajectories)
+        if recovery.is_outage(len(failed), len(batch), self.root.trainer.outage_fraction):
+            raise environment_down(self.root, step, batch, self.newest())
+        if self.recompute_with is not None:
+            recompute_behaviour(self.recompute_with, batch, self.root)
+        return metrics, batch
 
     def play(self, step: int, history: list[dict[str, float]]) -> Played:
-        """Play the update's episodes once (tasks and seeds follow from run.seed and step)."""
+        """Play the update's episodes (tasks and seeds follow from run.seed and step)."""
         trainer = self.root.trainer
         seed = step_seed(self.root.run.seed, step)
         horizon = self.components.scheduler.max_turns(step, history)
@@ -139,20 +124,43 @@ class RolloutStep:
             for sample in range(trainer.group_size)
         ]
         start = time.perf_counter()
-        shard = distributed.shard(episodes)
         settings = rollout_settings(self.root, max_turns=horizon, seed=seed)
+
+        def run(specs: list[EpisodeSpec], shown: EpisodeProgress | None = None) -> list[Trajectory]:
+            mine = distributed.shard(specs)
+            return distributed.gather(
+                self.engine.run(mine, settings, shown, shown.turn if shown else None)
+            )
+
         progress = None
         if distributed.is_main():  # a real model's update plays for minutes
+            shard = distributed.shard(episodes)
             progress = EpisodeProgress(len(shard), f"update {step + 1}", every_s=60.0)
-        played = self.engine.run(shard, settings, progress, progress.turn if progress else None)
-        mine, replayed = replay_env_errors(self.engine, shard, played, settings)
-        batch = TrajectoryBatch(distributed.gather(mine))
+        trajectories, replayed = recovery.replay_env_errors(
+            run,
+            episodes,
+            run(episodes, progress),
+            replay_rules(self.root),
+            self.components.env_factory,
+            say=lambda text: say(f"update {step + 1}: {text}"),
+        )
+        batch = TrajectoryBatch(trajectories)
         metrics = rollout_metrics(batch, horizon=horizon, seconds=time.perf_counter() - start)
-        metrics["rollout/env_errors_replayed"] = float(sum(distributed.gather([replayed])))
+        metrics["rollout/env_errors_replayed"] = float(replayed)
         metrics.update(self.engine.pool.counters())
         metrics.update(policy_counters(self.engine.policy))
         metrics["step_seconds"] = time.perf_counter() - start
         return metrics, batch
+
+
+def replay_rules(root: Any) -> recovery.ReplayRules:
+    """Training's rules for episodes in env_error (evaluation's differ only in their retries)."""
+    return recovery.ReplayRules(
+        retries=root.rollout.env_error_retries,
+        outage_fraction=root.trainer.outage_fraction,
+        recovery_s=root.rollout.env_recovery_s,
+        probe_timeout_s=root.rollout.env_timeout_s,
+    )
 
 
 def policy_counters(policy: Any) -> dict[str, float]:
@@ -164,29 +172,6 @@ def policy_counters(policy: Any) -> dict[str, float]:
     if not callable(counters):
         return {}
     return {f"policy/{key}": float(value) for key, value in counters().items()}
-
-
-def replay_env_errors(
-    engine: RolloutEngine,
-    episodes: list[EpisodeSpec],
-    played: list[Trajectory],
-    settings: RolloutSettings,
-) -> tuple[list[Trajectory], int]:
-    """Play once more the episodes that ended in env_error (same task, group, sample, seed).
-
-    An env server lost mid-episode then costs the update nothing when another
-    answers: its episodes start again from reset elsewhere. When every episode
-    failed, nothing is replayed here: that is an outage, which `RolloutStep`
-    waits out. Returns the trajectories, replays in place, and how many were replayed.
-    """
-    failed = [i for i, t in enumerate(played) if recovery.is_env_error(t)]
-    if not failed or len(failed) == len(played):
-        return played, 0
-    again = engine.run([episodes[i] for i in failed], settings)
-    out = list(played)
-    for index, trajectory in zip(failed, again, strict=True):
-        out[index] = trajectory
-    return out, len(failed)
 
 
 def build_rollout_step(
@@ -212,13 +197,13 @@ def recomputes_behaviour(root: Any, policy: Any) -> bool:
 
 @torch.no_grad()
 def recompute_behaviour(model: Any, batch: TrajectoryBatch, root: Any) -> None:
-    """Set each trainable trajectory's `logprobs` to `model`'s, in one packed pass.
+    """Set each trainable trajectory's `behaviour_logprobs` to `model`'s, in one packed pass.
 
     A sampler's log-probabilities vary in their last bits with which requests
     shared a batch, which depends on timing; this pass depends only on the
     batch, so a resumed run weighs its stale batches exactly as the first run
     did. It is part of playing the rollout: the trajectory leaves the source
-    with these values, and nothing changes them later.
+    with these values beside its sampled `logprobs`, which stay as they were.
     """
     trajectories = batch.trainable
     if not trajectories:
@@ -237,7 +222,7 @@ def recompute_behaviour(model: Any, batch: TrajectoryBatch, root: Any) -> None:
         ):
             logprobs, _ = token_logprobs(model, mb, root.rollout.temperature)
             for index, values in unpack(mb, logprobs, trajectories).items():
-                trajectories[index].logprobs = values
+                trajectories[index].behaviour_logprobs = values
     finally:
         model.train(was_training)
 
@@ -256,7 +241,8 @@ def environment_down(
     waited = root.rollout.env_recovery_s
     return EnvironmentDown(
         f"update {step + 1}: {len(failed)} of {len(batch)} episodes ended in env_error and env "
-        f"{root.env.name!r} did not answer within rollout.env_recovery_s={waited:g} s; "
+        f"{root.env.name!r} did not come back within rollout.env_recovery_s={waited:g} s "
+        f"and rollout.env_error_retries={root.rollout.env_error_retries} replays; "
         f"last error: {recovery.last_error(failed)}. Nothing was trained on in this update and no "
         f"checkpoint was written for it. Fix the environment and run again: the run resumes "
         f"from the newest weights, {checkpoint}."

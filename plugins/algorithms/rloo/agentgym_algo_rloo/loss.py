@@ -41,7 +41,7 @@ def penalized_reward(trajectory: Trajectory, kl_coef: float) -> float:
     if trajectory.ref_logprobs is None:
         raise ValueError("rloo with kl_coef > 0 needs Trajectory.ref_logprobs")
     kl = sum(
-        trajectory.logprobs[i] - trajectory.ref_logprobs[i] for i in agent_positions(trajectory)
+        trajectory.behaviour[i] - trajectory.ref_logprobs[i] for i in agent_positions(trajectory)
     )
     return trajectory.reward - kl_coef * kl
 
