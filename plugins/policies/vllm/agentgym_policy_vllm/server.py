@@ -64,9 +64,16 @@ from agentgym_core.api import (
 )
 from agentgym_policy_vllm.actions import NEUTRAL_SAMPLING, ActionTurns
 from agentgym_policy_vllm.config import VLLMServerPolicyConfig, probe_tolerance
+from agentgym_policy_vllm.replica_http import (
+    ReplicaDown,
+    ReplicaError,
+    ServerPolicyError,
+    check_same_tokenizer,
+    post,
+    served_model,
+)
 from agentgym_policy_vllm.restarts import Restarts
 from agentgym_policy_vllm.weights import (
-    PROBE,
     check_probe,
     learner_dtype,
     learner_logprobs,
@@ -81,18 +88,6 @@ PREFIX = "agentgym-v"
 """Start of the names of the weights folders (and marks) in `weights_dir`."""
 SYNCED = ".synced"
 """Suffix of the file rank 0 writes beside a weights folder once every replica reloaded it."""
-
-
-class ServerPolicyError(RuntimeError):
-    """A replica answered wrongly or not at all; the message names it."""
-
-
-class ReplicaDown(ServerPolicyError):
-    """A replica could not be reached (refused, reset, timed out)."""
-
-
-class ReplicaError(ReplicaDown):
-    """A replica answered with a server error (HTTP 5xx): its turns go to another, as if down."""
 
 
 class VLLMServerPolicy:
@@ -122,7 +117,7 @@ class VLLMServerPolicy:
                 max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_REUSE_S
             ),  # httpx's defaults, but for the expiry
         )
-        self.served = {url: self._served_model(url) for url in self.urls}
+        self.served = {url: served_model(self.http, url, config.model) for url in self.urls}
         self._lock = threading.Lock()
         self._sessions: dict[Hashable, str] = {}
         self._in_flight: collections.Counter[str] = collections.Counter()
@@ -145,7 +140,7 @@ class VLLMServerPolicy:
         self.probe_gaps: dict[str, list[float]] = collections.defaultdict(list)
         """Each replica's probe gap after every sync (rank 0)."""
         self.restarts = Restarts(self.http)
-        self._check_same_tokenizer(model, tokenizer)
+        check_same_tokenizer(self.http, self.served, model, tokenizer, self.urls)
         try:
             self._first_sync(model)
         except BaseException:
@@ -443,77 +438,15 @@ class VLLMServerPolicy:
         with self._lock:
             self._sessions.pop(session, None)
 
+    def _post(self, url: str, path: str, body: dict[str, Any] | None) -> Any:
+        return post(self.http, url, path, body)
+
     def close(self) -> None:
         """Close the connections; delete the temporary weights folder, if any."""
         self.http.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-
-    # -- checks ------------------------------------------------------------------------
-
-    def _post(self, url: str, path: str, body: dict[str, Any] | None) -> Any:
-        import httpx
-
-        try:
-            response = self.http.post(f"{url}{path}", json=body)
-        except httpx.TransportError as error:
-            raise ReplicaDown(f"POST {url}{path}: {type(error).__name__}: {error}") from None
-        if response.status_code >= 500:
-            raise ReplicaError(
-                f"POST {url}{path}: HTTP {response.status_code}: {response.text[:500]}"
-            )
-        if response.status_code >= 400:
-            raise ServerPolicyError(
-                f"POST {url}{path}: HTTP {response.status_code}: {response.text[:500]}"
-            )
-        return response.json() if response.content else None
-
-    def _served_model(self, url: str) -> str:
-        """The model name `url` serves (`/v1/models`); a configured name must be among them."""
-        import httpx
-
-        try:
-            listed = self.http.get(f"{url}/v1/models").raise_for_status().json()["data"]
-        except (httpx.HTTPError, KeyError, ValueError) as error:
-            raise ConfigError(
-                [Problem("policy.base_urls", f"{url} does not answer /v1/models: {error}")]
-            ) from None
-        names = [entry["id"] for entry in listed]
-        if self.config.model is None:
-            return names[0]
-        if self.config.model not in names:
-            raise ConfigError(
-                [Problem("policy.model", f"{url} serves {names}, not {self.config.model!r}")]
-            )
-        return self.config.model
-
-    def _check_same_tokenizer(self, model: Any, tokenizer: Any) -> None:
-        """Refuse a replica that tokenizes a probe text otherwise: it serves another model.
-
-        Checked before the first sync, whose reload would break a replica of
-        another architecture. Skipped where a replica has no `/tokenize`.
-        """
-        text = " ".join(PROBE)
-        ours = list(tokenizer.encode(text, add_special_tokens=False))
-        learner = getattr(model, "name_or_path", "") or type(model).__name__
-        for url in self.urls:
-            body = {"model": self.served[url], "prompt": text, "add_special_tokens": False}
-            try:
-                theirs = self._post(url, "/tokenize", body)["tokens"]
-            except (ServerPolicyError, KeyError, TypeError):
-                continue
-            if theirs != ours:
-                raise ConfigError(
-                    [
-                        Problem(
-                            "policy.base_urls",
-                            f"{url} serves {self.served[url]!r}, which is not the learner's model "
-                            f"{learner!r}: it tokenizes {text!r} as {theirs}, the learner as "
-                            f"{ours}. Start the server with the model.path of this run.",
-                        )
-                    ]
-                )
 
 
 def _write_atomically(path: Path, text: str) -> None:
