@@ -79,9 +79,11 @@ test-vllm: $(VLLM_VENV)/.installed
 GPU_VENV := .venv-gpu
 test-gpu:
 	@if [ -x $(GPU_VENV)/bin/python ]; then \
-		$(GPU_VENV)/bin/python -m pytest -q -m gpu tests/test_gpu.py tests/test_sampling.py; \
+		$(GPU_VENV)/bin/python -m pytest -q -m gpu tests/test_gpu.py tests/test_sampling.py \
+			tests/test_packed_attention.py; \
 	else \
-		$(MAKE) --no-print-directory $(STAMP) && $(BIN)/python -m pytest -q -m gpu tests/test_gpu.py; \
+		$(MAKE) --no-print-directory $(STAMP) && $(BIN)/python -m pytest -q -m gpu tests/test_gpu.py \
+			tests/test_packed_attention.py; \
 	fi
 
 # Whole runs on the GPU: the tests that train, resume, evaluate and run the demo use the

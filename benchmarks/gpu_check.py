@@ -13,6 +13,11 @@ shapes, it runs:
 - the full fine-tuning update again in one FSDP2 process (`accelerate launch --use_fsdp`);
 - where models land (`distributed.device()`) and which attention kernel ran.
 
+`--packing-only` times the update alone on trajectories of 1 to `turns` turns (episodes
+end when they end), with several trajectories to a row under flex_attention's block
+mask against one per padded row under sdpa (and shared rows under sdpa's dense mask),
+the arms interleaved in one process (`PACKINGS`).
+
 MFU = 6 x (parameters x tokens) / seconds / the card's peak dense bf16 FLOP/s, where
 the body's parameters count every token and the output head only the positions it
 runs on (agent tokens: the learner never builds the other logits). For LoRA the
@@ -205,28 +210,37 @@ def build_model(shape: Shape, folder: Path) -> Path:
     return folder
 
 
-def synthetic_batch(shape: Shape, vocab: int, seed: int) -> Any:
+def synthetic_batch(shape: Shape, vocab: int, seed: int, *, varied: bool = False) -> Any:
     """Multi-turn GRPO trajectories: a prompt, then actions (trained) and observations.
 
     Groups of 4 with rewards 1, 0, 1, 0, so every trajectory has an advantage.
     The sampler's log-probabilities are those of a near-uniform random model.
+    `varied`: as GRPO's episodes are, each group's 4 share one prompt (their task's) and
+    each plays 1 to `shape.turns` turns (uniformly); else every token is drawn and all
+    play every turn.
     """
     from agentgym_core.types import Trajectory, TrajectoryBatch
 
     rng = random.Random(seed)
-    mask = [0] * shape.prompt + ([1] * shape.action + [0] * shape.observation) * shape.turns
+    turn = [1] * shape.action + [0] * shape.observation
     sampled = -math.log(vocab)
-    trajectories = [
-        Trajectory(
-            task_id=index // 4,
-            group=index // 4,
-            token_ids=[rng.randrange(3, vocab) for _ in mask],
-            loss_mask=list(mask),
-            logprobs=[sampled * m for m in mask],
-            reward=float(index % 2 == 0),
+    trajectories: list[Trajectory] = []
+    for index in range(shape.trajectories):
+        turns = rng.randint(1, shape.turns) if varied else shape.turns
+        mask = [0] * shape.prompt + turn * turns
+        tokens = [rng.randrange(3, vocab) for _ in mask]
+        if varied and index % 4:
+            tokens[: shape.prompt] = trajectories[-1].token_ids[: shape.prompt]
+        trajectories.append(
+            Trajectory(
+                task_id=index // 4,
+                group=index // 4,
+                token_ids=tokens,
+                loss_mask=list(mask),
+                logprobs=[sampled * m for m in mask],
+                reward=float(index % 2 == 0),
+            )
         )
-        for index in range(shape.trajectories)
-    ]
     return TrajectoryBatch(trajectories)
 
 
@@ -234,11 +248,19 @@ def synthetic_batch(shape: Shape, vocab: int, seed: int) -> Any:
 
 
 def open_case(
-    folder: Path, shape: Shape, work: Path, *, lora: str | None, attn: str, dtype: str
+    folder: Path,
+    shape: Shape,
+    work: Path,
+    *,
+    lora: str | None,
+    attn: str,
+    dtype: str,
+    packing: str = "auto",
 ) -> Any:
     """`runtime.open_learner` on a config of the model folder (checkpointing, LoRA).
 
-    `lora`: None for full fine-tuning, else the adapter's `adapter_dtype`.
+    `lora`: None for full fine-tuning, else the adapter's `adapter_dtype`;
+    `packing`: `trainer.packing`.
     """
     from agentgym_algo_grpo import GRPO, GRPOConfig
 
@@ -263,6 +285,7 @@ def open_case(
                 "steps": shape.steps + 1,
                 "lr": 1e-5,
                 "micro_batch_tokens": shape.micro_batch_tokens,
+                "packing": packing,
                 "resume": False,
             },
         }
@@ -306,38 +329,46 @@ def parameter_counts(model: Any) -> dict[str, int]:
     return {"total": total, "trainable": trainable, "body": body, "head": head}
 
 
-def time_updates(learner: Any, shape: Shape, vocab: int, peak: float | None) -> dict[str, Any]:
-    """One warm-up update, then `shape.steps` timed ones: tokens/s, MFU, loss."""
+def time_updates(
+    learner: Any, shape: Shape, vocab: int, peak: float | None, *, varied: bool = False
+) -> dict[str, Any]:
+    """One warm-up update, then `shape.steps` timed ones: tokens/s, MFU, loss.
+
+    Tokens are the trajectories' own (padding not counted); MFU counts every position
+    the model ran on, padding included. `varied`: `synthetic_batch`'s.
+    """
     counter = HeadCounter(learner.accelerator.unwrap_model(learner.model))
     params = parameter_counts(learner.unwrapped)
     try:
-        metrics = learner.update(_scored(learner, shape, vocab, 0))  # allocator, kernels
+        metrics = learner.update(_scored(learner, shape, vocab, 0, varied))  # allocator, kernels
         counter.body = counter.head = 0
-        seconds = 0.0
+        seconds, tokens, padding = 0.0, 0, []
         for step in range(1, shape.steps + 1):
-            batch = _scored(learner, shape, vocab, step)
+            batch = _scored(learner, shape, vocab, step, varied)
+            tokens += sum(len(t.token_ids) for t in batch)
             _sync()
             start = time.perf_counter()
             metrics = learner.update(batch)
             _sync()
             seconds += time.perf_counter() - start
+            padding.append(metrics.get("padding_fraction", 0.0))
     finally:
         counter.close()
-    tokens = shape.steps * shape.trajectories * shape.length
     flops = 6 * (params["body"] * counter.body + params["head"] * counter.head)
     return {
         "params": params,
         "train_tokens_per_s": round(tokens / seconds, 1),
         "update_s": round(seconds / shape.steps, 3),
         "mfu": round(flops / seconds / peak, 4) if peak else None,
+        "padding_fraction": round(sum(padding) / len(padding), 4),
         "loss": metrics.get("loss"),
         "grad_norm": metrics.get("grad_norm"),
         "finite": all(math.isfinite(metrics.get(k, 0.0)) for k in ("loss", "grad_norm")),
     }
 
 
-def _scored(learner: Any, shape: Shape, vocab: int, seed: int) -> Any:
-    batch = synthetic_batch(shape, vocab, seed)
+def _scored(learner: Any, shape: Shape, vocab: int, seed: int, varied: bool = False) -> Any:
+    batch = synthetic_batch(shape, vocab, seed, varied=varied)
     learner.algorithm.advantages(batch)
     return batch
 
@@ -387,13 +418,21 @@ def run_case(
     attn: str,
     peak: float | None,
     dtype: str = "bfloat16",
+    packing: str = "auto",
+    varied: bool = False,
+    generate: bool = True,
 ) -> dict[str, Any]:
-    """Open, update, generate; the case's row of the summary."""
+    """Open, update, generate (unless not `generate`); the case's row of the summary.
+
+    `packing`: `trainer.packing`; `varied`: `synthetic_batch`'s.
+    """
     from agentgym_core import distributed
 
     _free()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        opened = open_case(folder, shape, Path(work), lora=lora, attn=attn, dtype=dtype)
+        opened = open_case(
+            folder, shape, Path(work), lora=lora, attn=attn, dtype=dtype, packing=packing
+        )
         learner = opened.learner
         model = learner.unwrapped
         row: dict[str, Any] = {
@@ -404,13 +443,14 @@ def run_case(
             "distributed_type": str(learner.accelerator.distributed_type).split(".")[-1],
             "sharded": learner.sharded,
             "attention": getattr(model.config, "_attn_implementation", None),
+            "rows": "shared" if learner.settings.share_rows else "padded",
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
             "trained_dtype": _trained_dtype(model),
             "mixed_precision": str(learner.accelerator.mixed_precision),
         }
         vocab = model.get_input_embeddings().weight.shape[0]
-        row.update(time_updates(learner, shape, vocab, peak))
-        if learner.sharded:
+        row.update(time_updates(learner, shape, vocab, peak, varied=varied))
+        if learner.sharded or not generate:
             row["gen_tokens_per_s"] = None  # generation runs on the replica: the 1-GPU case
         else:
             row.update(time_generation(model, opened.tokenizer, shape))
@@ -627,6 +667,67 @@ def check_generation(sizes: list[str], attn: str, repeats: int, work: Path) -> d
     return {"machine": machine(), "attention_requested": attn, "cases": rows}
 
 
+PACKINGS = {
+    "padded": ("sdpa", "padded"),
+    "shared-flex": ("flex_attention", "shared"),
+    "shared-sdpa": ("sdpa", "shared"),
+}
+"""`--packings` keys -> (`model.attn_implementation`, `trainer.packing`) of each arm: one
+trajectory per padded row under SDPA's fused causal kernel (`packing: auto` without flash
+or flex), several to a row under flex's block mask (`auto` under flex_attention), and
+several to a row under SDPA with the dense block-diagonal mask transformers builds."""
+
+
+def check_packing(
+    sizes: list[str], packings: list[str], repeats: int, work: Path
+) -> dict[str, Any]:
+    """The update alone on varied-length trajectories, each of `packings` in turn, `repeats`
+    rounds (arm after arm, so a drift in the machine touches every arm alike)."""
+    unknown = sorted(set(packings) - set(PACKINGS))
+    if unknown:
+        raise ValueError(f"--packings: unknown {unknown}; known: {', '.join(PACKINGS)}")
+    info = machine()
+    peak = info["peak_bf16_tflops"] and info["peak_bf16_tflops"] * 1e12
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    missing = {attn: None for attn, _ in PACKINGS.values()}
+    missing["flex_attention"] = flex_backward_missing(device)
+    rows = []
+    for size in sizes:
+        folder = build_model(SHAPES[size], work / size)
+        for repeat in range(repeats):
+            for key in packings:
+                attn, packing = PACKINGS[key]
+                name = f"{size} {key} {repeat + 1}"
+                print(f"[gpu-check] {name} ...", flush=True)
+                start = time.perf_counter()
+                try:
+                    row = {"case": name, "status": missing[attn]}
+                    if not row["status"]:
+                        row = run_case(
+                            name, folder, SHAPES[size], lora=None, attn=attn, peak=peak,
+                            packing=packing, varied=True, generate=False,
+                        )  # fmt: skip
+                except Exception as error:  # noqa: BLE001 - one arm's failure is a row
+                    row = {"case": name, "status": f"failed: {type(error).__name__}: {error}"[:400]}
+                _free()
+                row["seconds"] = round(time.perf_counter() - start, 1)
+                print(f"[gpu-check] {name}: {row['status']}", flush=True)
+                rows.append(row)
+    return {"machine": info, "attention_requested": "per arm", "packing_only": True, "cases": rows}
+
+
+def flex_backward_missing(device: str) -> str | None:
+    """Why flex_attention cannot train on `device` (torch 2.13: not on a CPU); None if it can."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    query = torch.zeros(1, 1, 16, 16, device=device, requires_grad=True)
+    try:
+        flex_attention(query, query, query)
+    except NotImplementedError as error:
+        return f"skipped: flex_attention has no backward pass on {device}: {error}"[:200]
+    return None
+
+
 COLUMNS = [
     ("case", "case"),
     ("status", "status"),
@@ -637,6 +738,8 @@ COLUMNS = [
     ("weights_on", "device"),
     ("attention", "attention"),
 ]
+PACKING_COLUMNS = [("rows", "rows"), ("padding_fraction", "padding")]
+"""How the learner laid trajectories out: shared or padded rows, and the share of padding."""
 
 
 def table(result: dict[str, Any]) -> str:
@@ -650,10 +753,13 @@ def table(result: dict[str, Any]) -> str:
         f"transformers {info['transformers']}, accelerate {info['accelerate']}, "
         f"peft {info['peft']}, flash-attn {info['flash_attn']}"
     )
-    lines = [[title for _, title in COLUMNS]]
+    columns = COLUMNS + PACKING_COLUMNS
+    if result.get("packing_only"):
+        columns = [c for c in columns if c[0] != "gen_tokens_per_s"]
+    lines = [[title for _, title in columns]]
     for row in result["cases"]:
-        lines.append([_cell(key, row.get(key)) for key, _ in COLUMNS])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+        lines.append([_cell(key, row.get(key)) for key, _ in columns])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
     rendered = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
     return "\n".join([head, *rendered])
 
@@ -661,7 +767,7 @@ def table(result: dict[str, Any]) -> str:
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return "-" if key != "mfu" else "unknown"
-    if key == "mfu":
+    if key in ("mfu", "padding_fraction"):
         return f"{100 * value:.1f}%"
     if key == "status" and len(str(value)) > 60:
         return str(value)[:57] + "..."
@@ -695,13 +801,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--generation-only", action="store_true", help="time the hf policy's batch alone"
     )
-    parser.add_argument("--repeats", type=int, default=2, help="with --generation-only")
+    parser.add_argument(
+        "--packing-only", action="store_true", help="time the update alone per packing arm"
+    )
+    parser.add_argument(
+        "--packings",
+        default=",".join(PACKINGS),
+        help=f"with --packing-only: comma-separated of {', '.join(PACKINGS)}, in round order",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="with --generation-only or --packing-only"
+    )
     parser.add_argument("--fsdp-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     attn = args.attn
     if attn == "auto":
         attn = "flash_attention_2" if _version("flash_attn") else "sdpa"
-    sizes = (args.sizes or ("tiny" if args.smoke else "0.5b,7b")).split(",")
+    every = "0.5b" if args.packing_only else "0.5b,7b"  # 7B full fine-tuning fits no card
+    sizes = (args.sizes or ("tiny" if args.smoke else every)).split(",")
     if args.fsdp_worker:
         fsdp_worker(Path(args.fsdp_worker), sizes[0], attn, Path(args.json))
         return 0
@@ -709,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-models-") as work:
         if args.generation_only:
             result = check_generation(sizes, attn, args.repeats, Path(work))
+        elif args.packing_only:
+            result = check_packing(sizes, args.packings.split(","), args.repeats, Path(work))
         else:
             cases = args.cases.split(",") if args.cases else None
             result = check(sizes, attn, not args.no_fsdp, Path(work), cases)

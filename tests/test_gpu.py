@@ -86,6 +86,38 @@ def test_the_generation_only_check_times_the_batch_as_often_as_asked(tmp_path):
         assert "train_tokens_per_s" not in row
 
 
+def test_the_packing_check_interleaves_its_arms(tmp_path):
+    out = tmp_path / "packing.json"
+    command = [sys.executable, str(CHECK), "--smoke", "--packing-only", "--repeats", "2"]
+    done = subprocess.run(
+        [*command, "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rows = json.loads(out.read_text())["cases"]
+    arms = ["padded", "shared-flex", "shared-sdpa"]
+    assert [row["case"] for row in rows] == [f"tiny {a} {n}" for n in (1, 2) for a in arms]
+    for row in rows:
+        if row["case"].startswith("tiny shared-flex") and not torch.cuda.is_available():
+            assert row["status"].startswith("skipped: flex_attention has no backward"), row
+            continue
+        assert row["status"] == "ok" and row["train_tokens_per_s"] > 0, row
+        assert row["rows"] == row["case"].split()[1].split("-")[0], row
+        assert 0 <= row["padding_fraction"] < 1 and row["gen_tokens_per_s"] is None
+    assert "padding" in done.stdout and "gen tok/s" not in done.stdout
+
+
+def test_varied_episodes_share_their_groups_prompt_and_end_when_they_end(gpu_check):
+    shape = gpu_check.SHAPES["tiny"]
+    batch = gpu_check.synthetic_batch(shape, 100, 0, varied=True).trajectories
+    prompts = [tuple(t.token_ids[: shape.prompt]) for t in batch]
+    assert all(prompts[i] == prompts[i - i % 4] for i in range(len(batch)))
+    assert len(set(prompts)) == len(batch) // 4
+    turn = shape.action + shape.observation
+    assert {(len(t.token_ids) - shape.prompt) // turn for t in batch} == {1, 2}
+    with pytest.raises(ValueError, match=r"--packings: unknown \['ring'\]"):
+        gpu_check.check_packing(["tiny"], ["padded", "ring"], 1, Path("unused"))
+
+
 def test_the_card_table_and_the_plan(gpu_check):
     assert gpu_check.peak_bf16_flops("NVIDIA H100 80GB HBM3") == 989e12
     assert gpu_check.peak_bf16_flops("NVIDIA H100 PCIe") == 756e12
@@ -142,6 +174,18 @@ def test_a_bf16_update_and_generation_run_on_the_gpu(gpu_check, tmp_path, lora):
     assert row["status"] == "ok", row
     assert torch.device(row["weights_on"]).type == "cuda" and row["dtype"] == "bfloat16"
     assert row["peak_memory_gib"] > 0 and row["gen_tokens_per_s"] > 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_shared_rows_train_under_flex_attention_on_the_gpu(gpu_check, tmp_path):
+    folder = gpu_check.build_model(gpu_check.SHAPES["tiny"], tmp_path / "tiny")
+    shape = gpu_check.SHAPES["tiny"]
+    row = gpu_check.run_case(
+        "t", folder, shape, lora=None, attn="flex_attention", peak=None, varied=True, generate=False
+    )
+    assert row["status"] == "ok", row
+    assert row["attention"] == "flex_attention" and row["rows"] == "shared"  # packing: auto
 
 
 @pytest.mark.gpu

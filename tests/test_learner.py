@@ -382,17 +382,29 @@ def test_padded_rows_hold_one_trajectory_each_and_give_the_same_logprobs(tiny_mo
                 assert torch.allclose(logprobs[row, :n], expected[index], atol=1e-5)
 
 
-def test_packing_auto_shares_rows_only_under_flash_attention(tiny_model):
+def test_packing_auto_shares_rows_under_kernels_that_skip_masked_blocks(tiny_model):
+    from types import SimpleNamespace
+
     from agentgym_core.run.runtime import share_rows
 
     model, _ = tiny_model
     assert model.config._attn_implementation != "flash_attention_2"
     assert share_rows("auto", model) is False
     assert share_rows("shared", model) is True and share_rows("padded", model) is False
-    flash = type(
-        "Model", (), {"config": type("Config", (), {"_attn_implementation": "flash_attention_2"})()}
-    )()
-    assert share_rows("auto", flash) is True
+    skipping, dense = (
+        ("flash_attention_2", "flash_attention_3", "flex_attention"),
+        ("sdpa", "sdpa_gqa", "eager"),
+    )
+    picked = {
+        kernel: share_rows(
+            "auto", SimpleNamespace(config=SimpleNamespace(_attn_implementation=kernel))
+        )
+        for kernel in (*skipping, *dense)
+    }
+    assert picked == {
+        **dict.fromkeys(skipping, True),
+        **dict.fromkeys(dense, False),  # a dense block-diagonal mask: padded is faster
+    }
 
 
 def test_model_attn_implementation_reaches_the_loaded_model(tiny_model_dir):

@@ -134,7 +134,8 @@ class ModelConfig(_Block):
         description="transformers' attention kernel (sdpa, eager, flash_attention_2, ...); "
         "null: transformers' default, with sdpa replaced by agentgym's sdpa_gqa (the same "
         "attention, without copying grouped keys and values per head on a CPU). Under flash "
-        "attention `trainer.packing: auto` shares rows.",
+        "attention and flex_attention (CUDA: torch has no flex backward pass on a CPU) "
+        "`trainer.packing: auto` shares rows.",
     )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,
@@ -227,10 +228,12 @@ class TrainerConfig(_Block):
     )
     packing: Literal["auto", "shared", "padded"] = Field(
         "auto",
-        description="shared: several trajectories per row, block-diagonal attention (no "
-        "padding; fast with flash-attention's variable-length kernels); padded: one per row, "
-        "right-padded, plain causal attention (SDPA's fused kernels; faster on the CPU); "
-        "auto: shared under flash_attention_2/3, else padded.",
+        description="shared: several trajectories per row, each attending only to itself "
+        "(transformers builds the block-diagonal mask from the restarting position ids under "
+        "every kernel; no padding; fast where the kernel skips the masked blocks: "
+        "flash_attention_2/3, flex_attention); padded: one per row, right-padded, plain causal "
+        "attention (SDPA's fused kernels, which a dense block-diagonal mask loses; faster on "
+        "the CPU); auto: shared under flash_attention_2/3 and flex_attention, else padded.",
     )
     share_prompts: bool | Literal["auto"] = Field(
         "auto",

@@ -65,7 +65,7 @@ def load_model(
     return model, tokenizer
 
 
-ATTENTION = ("sdpa_gqa", "sdpa", "flash_attention_2", "eager")
+ATTENTION = ("sdpa_gqa", "sdpa", "flash_attention_2", "flex_attention", "eager")
 """`model.attn_implementation` values agentgym is tested with (sdpa_gqa: the default where
 transformers' would be sdpa; `modeling/attention.py`)."""
 

@@ -65,11 +65,24 @@ def learner_settings(root: Any, model: Any, *, offline: bool = False) -> Learner
     )
 
 
+ROW_SHARING_ATTENTION = ("flash_attention", "flex_attention")
+"""Kernels (name prefixes) under which `trainer.packing: auto` shares rows: they skip the
+attention between a row's trajectories (flash's variable-length kernels, flex's block
+mask), so a shared row costs what its trajectories would alone, without their padding.
+
+Shared rows are correct under every kernel: their position ids restart at 0 for each
+trajectory, and transformers builds the block-diagonal mask from them (`masking_utils.
+find_packed_sequence_indices`, for a forward pass with no attention mask and no cache).
+Under sdpa and eager that mask is dense: SDPA loses its fused causal kernel and computes
+every pair of a row's tokens, so `auto` keeps one trajectory per row there (faster on the
+CPU: benchmarks/README.md, learner_overhead.py)."""
+
+
 def share_rows(packing: str, model: Any) -> bool:
-    """Whether trajectories share packed rows (`trainer.packing`; auto: with flash attention)."""
+    """Whether trajectories share packed rows (`trainer.packing`; auto: `ROW_SHARING_ATTENTION`)."""
     if packing != "auto":
         return packing == "shared"
-    return attention_implementation(model).startswith("flash_attention")
+    return attention_implementation(model).startswith(ROW_SHARING_ATTENTION)
 
 
 def share_prompts(setting: bool | str, model: Any, rows_shared: bool) -> bool:
