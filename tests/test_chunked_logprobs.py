@@ -197,13 +197,26 @@ def test_no_grad_scoring_in_chunks():
     assert torch.allclose(plain, chunked, atol=1e-5)
 
 
-def test_a_model_that_transforms_its_logits_after_the_head_is_refused():
+def test_a_model_without_a_plain_output_head_is_refused():
     torch.manual_seed(0)
     config = Gemma2Config(vocab_size=VOCAB, head_dim=8, num_key_value_heads=2, **SHAPE)
     assert config.final_logit_softcapping is not None
     model = Gemma2ForCausalLM(config)
     with pytest.raises(ValueError, match="final_logit_softcapping.*logprob_chunk_tokens null"):
         policy_forward(model, packed(), 1.0, chunk_tokens=4)
+
+    class NoHead(torch.nn.Module):  # a wrapper that hides the model's output head
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kwargs):
+            return self.inner(**kwargs)
+
+    wrapped = NoHead(qwen2_tied())
+    policy_forward(wrapped, packed(), 1.0)  # the plain path needs no head of its own
+    with pytest.raises(ValueError, match="NoHead has no output head"):
+        policy_forward(wrapped, packed(), 1.0, chunk_tokens=4)
 
 
 # -- memory: what the backward pass keeps, and the largest tensor made ---------------------

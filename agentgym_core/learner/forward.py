@@ -19,7 +19,14 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from agentgym_core.learner.head import Constraints, block, head_inputs, scores, scores_in_chunks
+from agentgym_core.learner.head import (
+    Constraints,
+    block,
+    head_inputs,
+    output_head,
+    scores,
+    scores_in_chunks,
+)
 from agentgym_core.learner.packing import MicroBatch, pack
 from agentgym_core.policies.prefix_cache import per_request
 from agentgym_core.types import Trajectory
@@ -56,13 +63,12 @@ def policy_forward(
     constraints = _constraints(mask, batch, targets.numel())
     kwargs = {"output_hidden_states": hidden, **_logits_only_at(model, columns)}
     if chunk_tokens:
-        inner = _bare(model)
-        output_head = inner.get_output_embeddings()
-        with head_inputs(inner, output_head) as seen:
+        head = output_head(_bare(model))
+        with head_inputs(head) as seen:
             out = run_model(model, batch, **kwargs)
         states = _at_agent_tokens(seen[-1], mask, columns)  # the rows' call (prompts run first)
         chosen, entropy = scores_in_chunks(
-            output_head, states, targets, temperature, chunk_tokens, constraints,
+            head, states, targets, temperature, chunk_tokens, constraints,
             entropy_grad=entropy_grad,
         )  # fmt: skip
     else:

@@ -104,22 +104,36 @@ def _chunk_scores(
     return scores(logits, targets, entropy_grad=entropy_grad)
 
 
+def output_head(model: Any) -> torch.nn.Module:
+    """The output head of a transformers causal LM whose logits are the head's output alone."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise ValueError(
+            f"trainer.logprob_chunk_tokens: {type(model).__name__} has no output head "
+            "(get_output_embeddings): leave logprob_chunk_tokens null for it"
+        )
+    config = getattr(model, "config", None)
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    changed = [name for name in LOGIT_TRANSFORMS if getattr(config, name, None) is not None]
+    if changed:
+        raise ValueError(
+            f"trainer.logprob_chunk_tokens: this model changes its logits after the output "
+            f"head ({', '.join(changed)} in its config), which the chunks would miss: "
+            "leave logprob_chunk_tokens null for it"
+        )
+    return head
+
+
 @contextlib.contextmanager
-def head_inputs(model: Any, head: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
-    """While open, `model`'s output head records its input and computes nothing.
+def head_inputs(head: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """While open, the output head records its input and computes nothing.
 
     The list it yields holds the hidden states the head was called on: the
     model's forward still runs through its wrappers (DDP, FSDP, PEFT) and hands
     the head exactly what it would project, and the [.., vocab] logits are
-    never made (the head sees an empty slice of its input).
+    never made (the head gets an empty slice of its input).
     """
-    transforms = [name for name in LOGIT_TRANSFORMS if _text_config(model).get(name) is not None]
-    if transforms:
-        raise ValueError(
-            f"trainer.logprob_chunk_tokens: this model changes its logits after the output "
-            f"head ({', '.join(transforms)} in its config), which the chunks would miss: "
-            "leave logprob_chunk_tokens null for it"
-        )
     seen: list[torch.Tensor] = []
 
     def record(module: Any, args: tuple) -> tuple:
@@ -131,9 +145,3 @@ def head_inputs(model: Any, head: torch.nn.Module) -> Iterator[list[torch.Tensor
         yield seen
     finally:
         handle.remove()
-
-
-def _text_config(model: Any) -> dict[str, Any]:
-    config = model.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return text.to_dict() if hasattr(text, "to_dict") else vars(text)
