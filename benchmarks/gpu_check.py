@@ -86,6 +86,7 @@ class Shape:
     gen_batch: int = 64
     gen_prompt: int = 512
     gen_tokens: int = 128
+    head_chunk: int = 1024  # agent tokens per output-head chunk in the chunked-head cases
 
     @property
     def length(self) -> int:
@@ -97,6 +98,7 @@ SHAPES = {
     "tiny": Shape(
         "tiny", 64, 128, 2, 4, 2, None, True, trajectories=8, prompt=16, turns=2, action=8,
         observation=8, micro_batch_tokens=256, steps=1, gen_batch=4, gen_prompt=16, gen_tokens=8,
+        head_chunk=5,
     ),
     "0.5b": Shape("qwen2.5-0.5b", 896, 4864, 24, 14, 2, 151936, True),
     "7b": Shape(
@@ -256,11 +258,12 @@ def open_case(
     attn: str,
     dtype: str,
     packing: str = "auto",
+    head_chunk: int | None = None,
 ) -> Any:
     """`runtime.open_learner` on a config of the model folder (checkpointing, LoRA).
 
     `lora`: None for full fine-tuning, else the adapter's `adapter_dtype`;
-    `packing`: `trainer.packing`.
+    `packing`: `trainer.packing`; `head_chunk`: `trainer.logprob_chunk_tokens`.
     """
     from agentgym_algo_grpo import GRPO, GRPOConfig
 
@@ -286,6 +289,7 @@ def open_case(
                 "lr": 1e-5,
                 "micro_batch_tokens": shape.micro_batch_tokens,
                 "packing": packing,
+                "logprob_chunk_tokens": head_chunk,
                 "resume": False,
             },
         }
@@ -294,14 +298,19 @@ def open_case(
 
 
 class HeadCounter:
-    """Counts the tokens the body and the output head run on (forward hooks)."""
+    """Counts the tokens the body and the output head run on (forward hooks).
+
+    The head's are the positions the model hands it (a pre-hook, registered
+    before the learner's: with `trainer.logprob_chunk_tokens` the learner then
+    empties the call and runs the chunks itself, recomputed ones included).
+    """
 
     def __init__(self, model: Any) -> None:
         inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.body = self.head = 0
         self.handles = [
             inner.get_input_embeddings().register_forward_hook(self._count("body")),
-            inner.get_output_embeddings().register_forward_hook(self._count("head")),
+            inner.get_output_embeddings().register_forward_pre_hook(self._count_head),
         ]
 
     def _count(self, which: str) -> Any:
@@ -309,6 +318,9 @@ class HeadCounter:
             setattr(self, which, getattr(self, which) + output.shape[:-1].numel())
 
         return hook
+
+    def _count_head(self, module: Any, args: tuple) -> None:
+        self.head += args[0].shape[:-1].numel()
 
     def close(self) -> None:
         """Remove the hooks."""
@@ -356,6 +368,7 @@ def time_updates(
         counter.close()
     flops = 6 * (params["body"] * counter.body + params["head"] * counter.head)
     return {
+        "update_peak_gib": _peak_gib(),  # before generation: the learner's own peak
         "params": params,
         "train_tokens_per_s": round(tokens / seconds, 1),
         "update_s": round(seconds / shape.steps, 3),
@@ -421,6 +434,7 @@ def run_case(
     packing: str = "auto",
     varied: bool = False,
     generate: bool = True,
+    head_chunk: int | None = None,
 ) -> dict[str, Any]:
     """Open, update, generate (unless not `generate`); the case's row of the summary.
 
@@ -431,7 +445,14 @@ def run_case(
     _free()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
         opened = open_case(
-            folder, shape, Path(work), lora=lora, attn=attn, dtype=dtype, packing=packing
+            folder,
+            shape,
+            Path(work),
+            lora=lora,
+            attn=attn,
+            dtype=dtype,
+            packing=packing,
+            head_chunk=head_chunk,
         )
         learner = opened.learner
         model = learner.unwrapped
@@ -447,6 +468,7 @@ def run_case(
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
             "trained_dtype": _trained_dtype(model),
             "mixed_precision": str(learner.accelerator.mixed_precision),
+            "logprob_chunk_tokens": head_chunk,
         }
         vocab = model.get_input_embeddings().weight.shape[0]
         row.update(time_updates(learner, shape, vocab, peak, varied=varied))
@@ -510,11 +532,17 @@ def lora_available() -> str | None:
     return None
 
 
+CHUNKED = ", chunked head"
+"""The suffix of a case whose learner runs the output head in chunks of `Shape.head_chunk`
+agent tokens (`trainer.logprob_chunk_tokens`): the same update, for its memory and time."""
+
 CASES = {
     "full": "full",
+    "chunked": "full" + CHUNKED,
     "lora": "lora",
     "lora-bf16": "lora, bf16 adapter",
     "fsdp2": "full fsdp2 (1 process)",
+    "fsdp2-chunked": "full fsdp2 (1 process)" + CHUNKED,
 }
 """`--cases` keys -> each case's name after its size, in the check's default order."""
 
@@ -534,9 +562,9 @@ def plan(
     for size in sizes:
         for key in cases or list(CASES):
             name = f"{size} {CASES[key]}"
-            if key == "full":
+            if key in ("full", "chunked"):
                 planned.append((name, size, full_finetune_fits(SHAPES[size], info["memory_gib"])))
-            elif key == "fsdp2":
+            elif key.startswith("fsdp2"):
                 if fsdp and size in ("tiny", "0.5b"):
                     planned.append((name, size, "fsdp"))
             else:
@@ -547,7 +575,9 @@ def plan(
 # -- FSDP2: the same update in one process under `accelerate launch --use_fsdp` ----------
 
 
-def launch_fsdp(folder: Path, size: str, attn: str, timeout: float) -> dict[str, Any]:
+def launch_fsdp(
+    folder: Path, size: str, attn: str, timeout: float, head_chunk: int | None = None
+) -> dict[str, Any]:
     """This script's `--fsdp-worker` in one FSDP2 rank; its row, as it wrote it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -562,6 +592,7 @@ def launch_fsdp(folder: Path, size: str, attn: str, timeout: float) -> dict[str,
             *("--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"),
             *(__file__, "--fsdp-worker", str(folder), "--sizes", size, "--attn", attn),
             *("--json", str(out)),
+            *(("--head-chunk", str(head_chunk)) if head_chunk else ()),
         ]
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "4"))
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
@@ -571,7 +602,9 @@ def launch_fsdp(folder: Path, size: str, attn: str, timeout: float) -> dict[str,
         return json.loads(out.read_text())
 
 
-def fsdp_worker(folder: Path, size: str, attn: str, out: Path) -> None:
+def fsdp_worker(
+    folder: Path, size: str, attn: str, out: Path, head_chunk: int | None = None
+) -> None:
     """Inside the launched rank: the full fine-tuning case under FSDP2.
 
     float32 weights that FSDP computes with in bf16 (accelerate's mixed precision),
@@ -581,7 +614,10 @@ def fsdp_worker(folder: Path, size: str, attn: str, out: Path) -> None:
         _fsdp_on_cpu()
     peak = machine()["peak_bf16_tflops"]
     peak = peak and peak * 1e12
-    row = run_case("fsdp", folder, SHAPES[size], lora=None, attn=attn, peak=peak, dtype="float32")
+    row = run_case(
+        "fsdp", folder, SHAPES[size], lora=None, attn=attn, peak=peak, dtype="float32",
+        head_chunk=head_chunk,
+    )  # fmt: skip
     out.write_text(json.dumps(row))
 
 
@@ -624,12 +660,16 @@ def check(
         try:
             if size not in built:
                 built[size] = build_model(SHAPES[size], work / size)
+            chunk = SHAPES[size].head_chunk if name.endswith(CHUNKED) else None
             if what == "fsdp":
-                row = {"case": name, **launch_fsdp(built[size], size, attn, timeout=420)}
+                row = {"case": name, **launch_fsdp(built[size], size, attn, 420, chunk)}
                 row["case"] = name
             else:
                 lora = LORA_CASES.get(name.removeprefix(f"{size} "))
-                row = run_case(name, built[size], SHAPES[size], lora=lora, attn=attn, peak=peak)
+                row = run_case(
+                    name, built[size], SHAPES[size], lora=lora, attn=attn, peak=peak,
+                    head_chunk=chunk,
+                )  # fmt: skip
         except Exception as error:  # noqa: BLE001 - one case's failure is a row of the table
             row = {"case": name, "status": f"failed: {type(error).__name__}: {error}"[:400]}
         _free()  # after the except block: its traceback no longer holds the case's tensors
@@ -734,6 +774,7 @@ COLUMNS = [
     ("train_tokens_per_s", "train tok/s"),
     ("mfu", "MFU"),
     ("gen_tokens_per_s", "gen tok/s"),
+    ("update_peak_gib", "update GiB"),
     ("peak_memory_gib", "peak GiB"),
     ("weights_on", "device"),
     ("attention", "attention"),
@@ -813,6 +854,7 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=2, help="with --generation-only or --packing-only"
     )
     parser.add_argument("--fsdp-worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--head-chunk", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     attn = args.attn
     if attn == "auto":
@@ -820,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     every = "0.5b" if args.packing_only else "0.5b,7b"  # 7B full fine-tuning fits no card
     sizes = (args.sizes or ("tiny" if args.smoke else every)).split(",")
     if args.fsdp_worker:
-        fsdp_worker(Path(args.fsdp_worker), sizes[0], attn, Path(args.json))
+        fsdp_worker(Path(args.fsdp_worker), sizes[0], attn, Path(args.json), args.head_chunk)
         return 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-models-") as work:

@@ -224,7 +224,11 @@ def test_recomputed_behaviour_logprobs_go_beside_the_sampled_ones(tiny_model):
     trajectories = _stale_batch(model)
     sampled = [list(t.logprobs) for t in trajectories]
     trainer = SimpleNamespace(
-        packing="padded", row_tokens=None, micro_batch_tokens=4096, share_prompts=True
+        packing="padded",
+        row_tokens=None,
+        micro_batch_tokens=4096,
+        share_prompts=True,
+        logprob_chunk_tokens=None,
     )
     root = SimpleNamespace(trainer=trainer, rollout=SimpleNamespace(temperature=1.0))
     recompute_behaviour(model, TrajectoryBatch(trajectories), root)

@@ -50,7 +50,11 @@ def test_the_smoke_check_runs_every_case_and_writes_its_summary(tmp_path):
         assert key in result["machine"]
     cases = {row["case"]: row for row in result["cases"]}
     lora_cases = ["tiny lora", "tiny lora, bf16 adapter"]
-    assert list(cases) == ["tiny full", *lora_cases, "tiny full fsdp2 (1 process)"]
+    fsdp = "tiny full fsdp2 (1 process)"
+    assert list(cases) == [
+        *("tiny full", "tiny full, chunked head", *lora_cases),
+        *(fsdp, f"{fsdp}, chunked head"),
+    ]
     for name, row in cases.items():
         if row["status"].startswith("skipped"):
             assert name in lora_cases, row  # only before model.lora exists
@@ -69,6 +73,12 @@ def test_the_smoke_check_runs_every_case_and_writes_its_summary(tmp_path):
     }
     assert cases["tiny full"]["gen_tokens_per_s"] > 0
     assert cases["tiny full fsdp2 (1 process)"]["sharded"] is True
+    # the output head in chunks: the same update, up to bf16 rounding of the head's gradient
+    for plain in ("tiny full", fsdp):
+        chunked = cases[f"{plain}, chunked head"]
+        assert chunked["logprob_chunk_tokens"] == 5 and cases[plain]["logprob_chunk_tokens"] is None
+        assert chunked["grad_norm"] == pytest.approx(cases[plain]["grad_norm"], rel=1e-3)
+        assert chunked["sharded"] is cases[plain]["sharded"]
     assert set(cases["tiny full"]["gen_s"]) == {"prefill", "decode", "sampling", "kv_cache"}
 
 
@@ -139,12 +149,15 @@ def test_the_plan_runs_the_cases_asked_in_their_order(gpu_check):
     info = {"memory_gib": 79.2}
     names = [name for name, _, _ in gpu_check.plan(["tiny", "7b"], info, fsdp=True)]
     assert names == [
-        *("tiny full", "tiny lora", "tiny lora, bf16 adapter", "tiny full fsdp2 (1 process)"),
-        *("7b full", "7b lora", "7b lora, bf16 adapter"),  # FSDP2 runs at the small sizes only
-    ]
+        *("tiny full", "tiny full, chunked head", "tiny lora", "tiny lora, bf16 adapter"),
+        *("tiny full fsdp2 (1 process)", "tiny full fsdp2 (1 process), chunked head"),
+        *("7b full", "7b full, chunked head", "7b lora", "7b lora, bf16 adapter"),
+    ]  # FSDP2 runs at the small sizes only
     reversed_lora = gpu_check.plan(["0.5b"], info, fsdp=True, cases=["lora-bf16", "lora"])
     assert [name for name, _, _ in reversed_lora] == ["0.5b lora, bf16 adapter", "0.5b lora"]
-    with pytest.raises(ValueError, match=r"--cases: unknown \['qlora'\]; known: full, lora"):
+    with pytest.raises(
+        ValueError, match=r"--cases: unknown \['qlora'\]; known: full, chunked, lora"
+    ):
         gpu_check.plan(["tiny"], info, fsdp=False, cases=["lora", "qlora"])
 
 
@@ -226,3 +239,52 @@ def test_flash_attention_2_matches_sdpa(tiny_model_dir):
         with torch.no_grad():
             logits[kernel] = model(input_ids=ids.to(model.device)).logits.float()
     assert torch.allclose(logits["sdpa"], logits["flash_attention_2"], atol=5e-2, rtol=0)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_output_head_in_chunks_on_the_gpu():
+    """Qwen2.5's vocabulary in bf16 on the GPU: the values and gradients of the plain path,
+    and a far lower peak of GPU memory over the forward and backward pass."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from agentgym_core.learner.forward import policy_forward
+    from agentgym_core.learner.packing import pack
+    from agentgym_core.types import Trajectory
+
+    vocab = 151936
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(config).to("cuda", torch.bfloat16)
+    ids = torch.randint(3, vocab, (4, 600)).tolist()
+    mask = [0] * 88 + ([1] * 64 + [0] * 64) * 4  # 256 agent tokens per row, 1024 in all
+    trajs = [
+        Trajectory(task_id=0, group=0, token_ids=row, loss_mask=list(mask), logprobs=[0.0] * 600)
+        for row in ids
+    ]
+    (mb,) = pack(trajs, row_tokens=None, micro_batch_tokens=1 << 20, share_rows=False)
+    weights = torch.linspace(-1, 1, mb.mask.numel(), device="cuda").view(mb.mask.shape)
+
+    def run(chunk):
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        logprobs, entropy, _ = policy_forward(model, mb, 1.0, chunk_tokens=chunk)
+        ((weights * logprobs).sum() + 0.1 * entropy.sum()).backward()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        grads = {n: p.grad.float() for n, p in model.named_parameters()}
+        return logprobs.detach(), entropy.detach(), grads, peak
+
+    plain, chunked = run(None), run(128)
+    assert torch.allclose(chunked[0], plain[0], atol=1e-5)
+    assert torch.allclose(chunked[1], plain[1], atol=1e-5)
+    for name, grad in plain[2].items():  # bf16 gradients of the head sum 8 chunks' parts
+        assert (chunked[2][name] - grad).abs().max() <= 2**-6 * grad.abs().max() + 1e-5, name
+    # plain: several float32 [1024, vocab] tensors (622 MB each); chunked: [128, vocab] ones
+    logits = 1024 * vocab * 4
+    assert plain[3] > 2 * logits and chunked[3] < plain[3] / 4, (plain[3], chunked[3])

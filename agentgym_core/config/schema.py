@@ -226,6 +226,17 @@ class TrainerConfig(_Block):
         description="Width of a packed row; null: the longest trajectory of the update "
         "(attention cost grows with the width, so wider rows only pay off for short sequences).",
     )
+    logprob_chunk_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Agent tokens the output head runs on at a time in the learner's forward "
+        "passes: each chunk's [tokens, vocab] logits are made, used and, in the backward "
+        "pass, made again rather than kept, so the logits' memory follows the chunk instead "
+        "of the micro-batch's agent tokens, for one more head matmul. Worth it where the "
+        "vocabulary is large (Qwen2.5: 151,936 ids; 1024 is a fair start; docs/gpu.md); "
+        "null or 0: the head runs on all agent tokens at once. Values differ from those by "
+        "float rounding only.",
+    )
     packing: Literal["auto", "shared", "padded"] = Field(
         "auto",
         description="shared: several trajectories per row, each attending only to itself "

@@ -5,7 +5,9 @@ sequence, so the output projection, log-softmax and entropy run on their
 positions alone: the [tokens, vocab] logits of the whole batch are never built.
 Logits are divided by the sampling temperature and restricted to the sampler's
 allowed ids where decoding was constrained, so the learner scores exactly the
-distribution that sampled.
+distribution that sampled. With `chunk_tokens` the head runs on a few agent
+tokens at a time, so not even the [agent tokens, vocab] logits exist at once
+(`head.scores_in_chunks`).
 """
 
 from __future__ import annotations
@@ -17,17 +19,24 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from agentgym_core.learner.head import (
+    Constraints,
+    block,
+    head_inputs,
+    output_head,
+    scores,
+    scores_in_chunks,
+)
 from agentgym_core.learner.packing import MicroBatch, pack
-from agentgym_core.policies.constraints import allowed_mask
 from agentgym_core.policies.prefix_cache import per_request
 from agentgym_core.types import Trajectory
 
 
 def token_logprobs(
-    model: Any, batch: MicroBatch, temperature: float
+    model: Any, batch: MicroBatch, temperature: float, *, chunk_tokens: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of the targets and the entropy, both [rows, width], 0 off agent tokens."""
-    logprobs, entropy, _ = policy_forward(model, batch, temperature)
+    logprobs, entropy, _ = policy_forward(model, batch, temperature, chunk_tokens=chunk_tokens)
     return logprobs, entropy
 
 
@@ -38,27 +47,45 @@ def policy_forward(
     *,
     hidden: bool = False,
     entropy_grad: bool = True,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """`token_logprobs`, plus the last hidden state [rows, width, hidden] when `hidden`.
 
     `entropy_grad=False` computes the entropy as a metric only (no autograd graph).
+    `chunk_tokens`: run the output head on that many agent tokens at a time
+    (`head.scores_in_chunks`: less memory, the same values up to rounding);
+    None or 0: on all of them at once.
     """
     device = next(model.parameters()).device
     mask = batch.mask.to(device).bool()
     columns = mask.any(0).nonzero().squeeze(1)  # every column holding an agent token
-    out = run_model(model, batch, output_hidden_states=hidden, **_logits_only_at(model, columns))
-    logits = out.logits if out.logits.shape[1] == columns.numel() else out.logits[:, columns]
-    picked = logits[mask[:, columns]].float() / temperature  # [agent tokens, vocab], row-major
-    if batch.constrained_at:
-        picked = _constrain(picked, mask, batch)
-    logp = torch.log_softmax(picked, dim=-1)
-    chosen = logp.gather(1, batch.targets.to(device)[mask].unsqueeze(1)).squeeze(1)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        finite = logp.masked_fill(~torch.isfinite(logp), 0.0)
-        entropy = -(logp.exp() * finite).sum(-1)
+    targets = batch.targets.to(device)[mask]  # row-major, as every [agent tokens, ..] tensor here
+    constraints = _constraints(mask, batch, targets.numel())
+    kwargs = {"output_hidden_states": hidden, **_logits_only_at(model, columns)}
+    if chunk_tokens:
+        head = output_head(_bare(model))
+        with head_inputs(head) as seen:
+            out = run_model(model, batch, **kwargs)
+        states = _at_agent_tokens(seen[-1], mask, columns)  # the rows' call (prompts run first)
+        chosen, entropy = scores_in_chunks(
+            head, states, targets, temperature, chunk_tokens, constraints,
+            entropy_grad=entropy_grad,
+        )  # fmt: skip
+    else:
+        out = run_model(model, batch, **kwargs)
+        logits = _at_agent_tokens(out.logits, mask, columns).float() / temperature
+        chosen, entropy = scores(block(logits, constraints), targets, entropy_grad=entropy_grad)
     zeros = torch.zeros(mask.shape, device=device)
     last = out.hidden_states[-1] if hidden else None
     return zeros.masked_scatter(mask, chosen), zeros.masked_scatter(mask, entropy), last
+
+
+def _at_agent_tokens(
+    values: torch.Tensor, mask: torch.Tensor, columns: torch.Tensor
+) -> torch.Tensor:
+    """[agent tokens, ..] from [rows, width or len(columns), ..] (`logits_to_keep` kept columns)."""
+    kept = values if values.shape[1] == columns.numel() else values[:, columns]
+    return kept[mask[:, columns]]
 
 
 def run_model(model: Any, batch: MicroBatch, **kwargs: Any) -> Any:
@@ -122,23 +149,19 @@ def _takes_logits_to_keep(model_type: type) -> bool:
     return "logits_to_keep" in inspect.signature(model_type.forward).parameters
 
 
-def _constrain(picked: torch.Tensor, mask: torch.Tensor, batch: MicroBatch) -> torch.Tensor:
-    """-inf outside the sampler's allowed ids at the constrained agent positions."""
+def _constraints(mask: torch.Tensor, batch: MicroBatch, tokens: int) -> Constraints:
+    """(agent-token index, allowed ids) of the batch's constrained agent positions."""
+    if not batch.constrained_at:
+        return []
     row_of = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device)
-    row_of[mask] = torch.arange(picked.shape[0], device=mask.device)
+    row_of[mask] = torch.arange(tokens, device=mask.device)
     at = torch.as_tensor(batch.constrained_at, dtype=torch.long, device=mask.device)
     rows = row_of[at[:, 0], at[:, 1]].tolist()
-    keep = [(r, ids) for r, ids in zip(rows, batch.constrained_ids, strict=True) if r >= 0]
-    if not keep:
-        return picked
-    blocked = allowed_mask(
-        [r for r, _ in keep], [ids for _, ids in keep], tuple(picked.shape), picked.device
-    )
-    return picked.masked_fill(blocked, float("-inf"))
+    return [(r, ids) for r, ids in zip(rows, batch.constrained_ids, strict=True) if r >= 0]
 
 
 def own_logprobs(
-    model: Any, trajectory: Trajectory, temperature: float
+    model: Any, trajectory: Trajectory, temperature: float, *, chunk_tokens: int | None = None
 ) -> tuple[list[float], float, int]:
     """The model's log-probabilities of one trajectory, in `Trajectory.logprobs`' layout.
 
@@ -147,7 +170,7 @@ def own_logprobs(
     on how trajectories were batched or split across ranks.
     """
     (mb,) = pack([trajectory], row_tokens=None, micro_batch_tokens=len(trajectory.token_ids))
-    logprobs, _ = token_logprobs(model, mb, temperature)
+    logprobs, _ = token_logprobs(model, mb, temperature, chunk_tokens=chunk_tokens)
     mask = mb.mask[0].bool()
     fresh = torch.zeros(len(trajectory.token_ids))
     fresh[1:][mask[:-1]] = logprobs[0, :-1][mask[:-1]].float().cpu()

@@ -219,6 +219,7 @@ class Learner:
                 self.settings.temperature,
                 hidden=shared,
                 entropy_grad=getattr(self.algorithm.needs, "entropy_grad", True),
+                chunk_tokens=self.settings.logprob_chunk_tokens,
             )
         device = logprobs.device
         # which old log-probs, and advantages scaled by behaviour weights if the batch is stale
@@ -246,9 +247,12 @@ class Learner:
         """
         model = self.unwrapped
         model.eval()  # as the sampler ran: no dropout in the fixed "old" values
-        temperature = self.settings.temperature
+        temperature, chunk = self.settings.temperature, self.settings.logprob_chunk_tokens
         results = distributed.gather(
-            [own_logprobs(model, t, temperature) for t in distributed.shard(list(trajectories))]
+            [
+                own_logprobs(model, t, temperature, chunk_tokens=chunk)
+                for t in distributed.shard(list(trajectories))
+            ]
         )
         self.model.train()
         return results

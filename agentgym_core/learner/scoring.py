@@ -70,7 +70,12 @@ def _score(
     values: dict[int, list[float]] = {}
     for mb in batches:
         if learner.reference is not None:
-            logprobs, _ = token_logprobs(learner.reference, mb, settings.temperature)
+            logprobs, _ = token_logprobs(
+                learner.reference,
+                mb,
+                settings.temperature,
+                chunk_tokens=settings.logprob_chunk_tokens,
+            )
             ref.update(unpack(mb, logprobs, todo))
         if critic is not None:
             hidden = last_hidden_state(backbone(learner.unwrapped), mb) if critic.shared else None

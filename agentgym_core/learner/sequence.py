@@ -32,18 +32,19 @@ def sequence_logprobs(
     temperature: float = 1.0,
     *,
     share_rows: bool = True,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's log-probability summed over its agent tokens, and their count.
 
     The sequences are packed into one micro-batch (several per row, no
     attention across them); `placements` maps each back to its row and offset.
     Returns two [len(sequences)] tensors; the first carries gradient when the
-    model does.
+    model does. `chunk_tokens`: as `forward.policy_forward`'s.
     """
     (batch,) = pack(
         sequences, row_tokens=None, micro_batch_tokens=sys.maxsize, share_rows=share_rows
     )
-    logprobs, _ = token_logprobs(model, batch, temperature)
+    logprobs, _ = token_logprobs(model, batch, temperature, chunk_tokens=chunk_tokens)
     owner = torch.full(batch.mask.shape, len(sequences), dtype=torch.long)
     for index, row, offset in batch.placements:
         owner[row, offset : offset + len(sequences[index].token_ids) - 1] = index
@@ -160,13 +161,12 @@ def _group_loss(
     total_tokens, total_examples = totals
     per_example = algorithm.sequences_per_example
     flat = [seq for example in group for seq in example]
-    logprobs, tokens = sequence_logprobs(learner.model, flat, temperature, share_rows=share_rows)
+    shape = {"share_rows": share_rows, "chunk_tokens": learner.settings.logprob_chunk_tokens}
+    logprobs, tokens = sequence_logprobs(learner.model, flat, temperature, **shape)
     reference = None
     if learner.reference is not None:
         with torch.no_grad():
-            reference, _ = sequence_logprobs(
-                learner.reference, flat, temperature, share_rows=share_rows
-            )
+            reference, _ = sequence_logprobs(learner.reference, flat, temperature, **shape)
         reference = reference.view(-1, per_example)
     inputs = SequenceInputs(
         logprobs=logprobs.view(-1, per_example),

@@ -26,6 +26,8 @@ class LearnerSettings:
     mini_batches: int = 1
     micro_batch_tokens: int = 8192
     row_tokens: int | None = None
+    logprob_chunk_tokens: int | None = None
+    """Agent tokens the output head runs on at a time (`head.scores_in_chunks`); None: all."""
     share_rows: bool = True
     share_prompts: bool = False
     """Lay out trajectories with the same prompt once per prompt (`packing.prompt_units`)."""

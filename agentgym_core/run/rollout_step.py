@@ -220,7 +220,12 @@ def recompute_behaviour(model: Any, batch: TrajectoryBatch, root: Any) -> None:
             share_rows=rows,
             share_prompts=share_prompts(trainer.share_prompts, model, rows),
         ):
-            logprobs, _ = token_logprobs(model, mb, root.rollout.temperature)
+            logprobs, _ = token_logprobs(
+                model,
+                mb,
+                root.rollout.temperature,
+                chunk_tokens=trainer.logprob_chunk_tokens or None,
+            )
             for index, values in unpack(mb, logprobs, trajectories).items():
                 trajectories[index].behaviour_logprobs = values
     finally:

@@ -52,6 +52,7 @@ def learner_settings(root: Any, model: Any, *, offline: bool = False) -> Learner
         mini_batches=trainer.mini_batches,
         micro_batch_tokens=trainer.micro_batch_tokens,
         row_tokens=trainer.row_tokens,
+        logprob_chunk_tokens=trainer.logprob_chunk_tokens or None,
         share_rows=rows,
         share_prompts=False if offline else share_prompts(trainer.share_prompts, model, rows),
         max_grad_norm=trainer.max_grad_norm,
