@@ -80,10 +80,10 @@ GPU_VENV := .venv-gpu
 test-gpu:
 	@if [ -x $(GPU_VENV)/bin/python ]; then \
 		$(GPU_VENV)/bin/python -m pytest -q -m gpu tests/test_gpu.py tests/test_sampling.py \
-			tests/test_packed_attention.py; \
+			tests/test_packed_attention.py tests/test_compiled_decode.py; \
 	else \
 		$(MAKE) --no-print-directory $(STAMP) && $(BIN)/python -m pytest -q -m gpu tests/test_gpu.py \
-			tests/test_packed_attention.py; \
+			tests/test_packed_attention.py tests/test_compiled_decode.py; \
 	fi
 
 # Whole runs on the GPU: the tests that train, resume, evaluate and run the demo use the

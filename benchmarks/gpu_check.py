@@ -386,17 +386,31 @@ def _scored(learner: Any, shape: Shape, vocab: int, seed: int, varied: bool = Fa
     return batch
 
 
-def time_generation(model: Any, tokenizer: Any, shape: Shape) -> dict[str, Any]:
+def time_generation(
+    model: Any, tokenizer: Any, shape: Shape, compile_decode: bool = False
+) -> dict[str, Any]:
     """One batch of `shape.gen_batch` episodes through the `hf` policy: new tokens per second,
-    and the generation thread's seconds by part (`gen_s`: prefill, decode, sampling, kv_cache)."""
+    and the generation thread's seconds by part (`gen_s`: prefill, decode, sampling, kv_cache).
+
+    `compile_decode`: the policy's option; its warm-up decodes as many tokens as the timed
+    batch, so the step is compiled (and its CUDA graph recorded) before the clock starts.
+    On a CPU the compiled step runs torch.compile's eager backend: plumbing, not speed.
+    """
     from agentgym_core.interfaces import SamplingParams
     from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
 
     policy = HFPolicy(
-        HFPolicyConfig(max_batch_size=shape.gen_batch, prefix_cache=False, gather_ms=50.0),
+        HFPolicyConfig(
+            max_batch_size=shape.gen_batch,
+            prefix_cache=False,
+            gather_ms=50.0,
+            compile_decode=compile_decode,
+        ),
         model=model,
         tokenizer=tokenizer,
     )
+    if next(model.parameters()).device.type != "cuda":
+        policy.compile_backend = "eager"
     rng = random.Random(0)
     vocab = len(tokenizer)
 
@@ -409,7 +423,7 @@ def time_generation(model: Any, tokenizer: Any, shape: Shape) -> dict[str, Any]:
         return sum(len(g.token_ids) for g in done)
 
     try:
-        asyncio.run(play(2, 2))  # warm-up
+        asyncio.run(play(2, shape.gen_tokens if compile_decode else 2))  # warm-up
         _sync()
         policy.seconds.clear()
         start = time.perf_counter()
@@ -679,10 +693,14 @@ def check(
     return {"machine": info, "attention_requested": attn, "cases": rows}
 
 
-def check_generation(sizes: list[str], attn: str, repeats: int, work: Path) -> dict[str, Any]:
+def check_generation(
+    sizes: list[str], attn: str, repeats: int, work: Path, compile_decode: bool = False
+) -> dict[str, Any]:
     """Generation alone: the `hf` policy's batch `repeats` times per shape, no learner.
 
     For timing a change to generation before and after, one process each, alternated.
+    `compile_decode`: each repeat times the plain decode step, then the compiled one
+    (`policy.compile_decode`), so a drift in the machine touches both arms alike.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -695,13 +713,20 @@ def check_generation(sizes: list[str], attn: str, repeats: int, work: Path) -> d
             folder, dtype=torch.bfloat16, attn_implementation=attn
         ).to(distributed.device())
         tokenizer = AutoTokenizer.from_pretrained(folder)
+        arms = [(" plain", False), (" compiled", True)] if compile_decode else [("", False)]
         for repeat in range(repeats):
-            row = {"case": f"{size} generation {repeat + 1}", "status": "ok"}
-            row["weights_on"] = str(next(model.parameters()).device)
-            row["attention"] = attn
-            row.update(time_generation(model, tokenizer, SHAPES[size]))
-            print(f"[gpu-check] {row['case']}: {row['gen_tokens_per_s']} tok/s", flush=True)
-            rows.append(row)
+            for suffix, compiled in arms:
+                row = {"case": f"{size} generation {repeat + 1}{suffix}", "status": "ok"}
+                row["weights_on"] = str(next(model.parameters()).device)
+                row["attention"] = attn
+                row["compile_decode"] = compiled
+                try:
+                    row.update(time_generation(model, tokenizer, SHAPES[size], compiled))
+                except Exception as error:  # noqa: BLE001 - one arm's failure is a row
+                    row["status"] = f"failed: {type(error).__name__}: {error}"[:400]
+                    row["gen_tokens_per_s"] = None
+                print(f"[gpu-check] {row['case']}: {row['gen_tokens_per_s']} tok/s", flush=True)
+                rows.append(row)
         del model
         _free()
     return {"machine": machine(), "attention_requested": attn, "cases": rows}
@@ -843,6 +868,11 @@ def main(argv: list[str] | None = None) -> int:
         "--generation-only", action="store_true", help="time the hf policy's batch alone"
     )
     parser.add_argument(
+        "--compile-decode",
+        action="store_true",
+        help="with --generation-only: each repeat times the plain and the compiled decode step",
+    )
+    parser.add_argument(
         "--packing-only", action="store_true", help="time the update alone per packing arm"
     )
     parser.add_argument(
@@ -867,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-models-") as work:
         if args.generation_only:
-            result = check_generation(sizes, attn, args.repeats, Path(work))
+            result = check_generation(sizes, attn, args.repeats, Path(work), args.compile_decode)
         elif args.packing_only:
             result = check_packing(sizes, args.packings.split(","), args.repeats, Path(work))
         else:

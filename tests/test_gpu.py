@@ -96,6 +96,24 @@ def test_the_generation_only_check_times_the_batch_as_often_as_asked(tmp_path):
         assert "train_tokens_per_s" not in row
 
 
+def test_the_generation_check_interleaves_the_plain_and_the_compiled_decode_step(tmp_path):
+    out = tmp_path / "compiled.json"
+    command = [sys.executable, str(CHECK), "--smoke", "--generation-only", "--compile-decode"]
+    done = subprocess.run(
+        [*command, "--repeats", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rows = json.loads(out.read_text())["cases"]
+    arms = ["plain", "compiled"]
+    assert [row["case"] for row in rows] == [
+        f"tiny generation {n} {a}" for n in (1, 2) for a in arms
+    ]
+    for row in rows:
+        assert row["status"] == "ok" and row["gen_tokens_per_s"] > 0, row
+        assert row["compile_decode"] is row["case"].endswith("compiled")
+
+
 def test_the_packing_check_interleaves_its_arms(tmp_path):
     out = tmp_path / "packing.json"
     command = [sys.executable, str(CHECK), "--smoke", "--packing-only", "--repeats", "2"]

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from agentgym_core.interfaces import SamplingParams
+from agentgym_core.policies.compiled_decode import CompiledDecode
 from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.growing_cache import growing
@@ -58,6 +59,9 @@ class HFPolicy:
         first forward pass), `decode` (the one-token passes after it), `sampling` (masks and
         draws), `kv_cache` (gathering the sessions' keys and values into a batch and back)."""
         self._decoder: ContinuousDecoder | None = None
+        self._compiled_decode: CompiledDecode | None = None
+        self.compile_backend: str | None = None
+        """`torch.compile`'s backend for `compile_decode`; None: inductor (tests: "eager")."""
 
     # -- public protocol -------------------------------------------------------
 
@@ -114,6 +118,7 @@ class HFPolicy:
         if self._decoder is not None:
             self._decoder.stop()
             self._decoder = None
+        self._compiled_decode = None  # its buffers: every row's keys and values at capacity
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- batching ----------------------------------------------------------------
@@ -209,6 +214,7 @@ class HFPolicy:
 
     def _decode(self, batch: list[Request], device: torch.device) -> None:
         clock = _Clock(self.seconds, device)
+        compiled = self._compiled(device)
         use_cache = self.config.prefix_cache
         # taken, not looked up: a session's old keys are freed once copied into the batch
         entries = [
@@ -216,11 +222,12 @@ class HFPolicy:
         ]
         rows, firsts = shared_rows([r.prompt for r in batch], entries)
         longest = max(r.params.max_new_tokens for r in batch)
+        room = 0 if compiled else longest  # compiled: decoded into its own buffers
         pre = self.cache.prefill(
-            [batch[i].prompt for i in firsts], [entries[i] for i in firsts], self.pad_id, longest
+            [batch[i].prompt for i in firsts], [entries[i] for i in firsts], self.pad_id, room
         )
         del entries
-        prefill_width = pre.attention_mask.shape[1] - longest
+        prefill_width = pre.attention_mask.shape[1] - room
         mask = pre.attention_mask  # covering the cache's room: zeros until a token is decoded
         clock.lap("kv_cache")
         out = self.model(
@@ -232,33 +239,46 @@ class HFPolicy:
             logits_to_keep=1,  # only the last position is sampled from
         )
         # each request's row of its prompt's prefill: logits, keys, values, mask, position
-        out.logits, attention, last_position = per_request(
-            rows, out.logits, mask.to(device), pre.position_ids[:, -1:].to(device)
+        logits, attention, last_position = per_request(
+            rows, out.logits[:, -1, :], mask.to(device), pre.position_ids[:, -1:].to(device)
         )
+        del out
         cache = pre.cache  # decoded tokens are written in place, into the room it was made with
         if len(rows) != len(firsts):  # a shared prompt's rows were copied out: room made anew
             for layer in cache.layers:
                 layer.keys, layer.values = per_request(rows, layer.keys, layer.values)
-            cache = growing(cache, room=longest, whole=True)
+            if not compiled:
+                cache = growing(cache, room=longest, whole=True)
+        if compiled:
+            attention, last_position = compiled.start(cache, attention, last_position, longest)
+            del cache, pre
         generators = [self.sampler.generator(r.params, device) for r in batch]
         clock.lap("prefill")
+        live = len(batch)
         for step in range(longest):
-            next_ids, real = self.sampler.sample(batch, out.logits[:, -1, :].float(), generators)
+            next_ids, real = self.sampler.sample(batch, logits.float(), generators)
             clock.lap("sampling")
             if all(r.done for r in batch):
                 break
-            attention[:, prefill_width + step] = real.to(device)
+            attention[:live, prefill_width + step] = real.to(device)
             last_position = last_position + 1
-            out = self.model(
-                input_ids=next_ids.to(device).unsqueeze(1),
-                attention_mask=attention,
-                position_ids=last_position,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            if compiled:
+                logits = compiled.step(next_ids.to(device), attention, last_position)[:live]
+            else:
+                out = self.model(
+                    input_ids=next_ids.to(device).unsqueeze(1),
+                    attention_mask=attention,
+                    position_ids=last_position,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                logits = out.logits[:, -1, :]
             clock.lap("decode")
         if use_cache:
+            attention = attention[:live]
+            if compiled:
+                cache = compiled.batch_cache(live)
             # each row's prompt and the tokens fed back (a row's last sampled token never is)
             fed = attention[:, prefill_width:].sum(dim=1).tolist()
             self.cache.store(
@@ -268,6 +288,19 @@ class HFPolicy:
                 attention,
             )
             clock.lap("kv_cache")
+
+    def _compiled(self, device: torch.device) -> CompiledDecode | None:
+        """The compiled decode step (`compile_decode`), made at the first batch; None: off."""
+        wanted = self.config.compile_decode
+        if wanted == "auto":
+            wanted = device.type == "cuda"
+        if not wanted:
+            return None
+        if self._compiled_decode is None:
+            self._compiled_decode = CompiledDecode(
+                self.model, self.config.max_batch_size, self.compile_backend
+            )
+        return self._compiled_decode
 
 
 def release_freed_memory() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class HFPolicyConfig(BaseModel):
@@ -38,3 +38,18 @@ class HFPolicyConfig(BaseModel):
         "starts. Fewer than the cores can be faster for a small model's one-token passes, "
         "which parallelise poorly and stall when env work or other processes hold a core.",
     )
+    compile_decode: bool | Literal["auto"] = Field(
+        False,
+        description="static batching: run the one-token decode step through torch.compile "
+        "(on a GPU mode reduce-overhead: one CUDA graph a step, not hundreds of kernel "
+        "launches from Python) on key/value buffers of fixed size kept for the policy's "
+        "life, every batch padded to max_batch_size rows. The first batch compiles (tens of "
+        "seconds), and again whenever a batch needs more columns (capacity doubles). "
+        "Same tokens and log-probs as off. auto: on when the model is on a CUDA device.",
+    )
+
+    @model_validator(mode="after")
+    def _compiled_static_only(self) -> HFPolicyConfig:
+        if self.compile_decode is True and self.batching != "static":
+            raise ValueError("compile_decode needs batching: static (continuous is not compiled)")
+        return self
