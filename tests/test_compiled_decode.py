@@ -85,6 +85,8 @@ def test_compiled_decoding_is_for_static_batching():
     with pytest.raises(ValueError, match="compile_decode needs batching: static"):
         HFPolicyConfig(batching="continuous", compile_decode=True)
     assert HFPolicyConfig(batching="continuous", compile_decode="auto").compile_decode == "auto"
+    assert HFPolicyConfig(compile_decode="true").compile_decode is True  # from a dotlist
+    assert HFPolicyConfig().compile_decode is False
 
 
 @pytest.mark.gpu

@@ -6,7 +6,8 @@ a KV-cached decode loop in a worker thread (so environments keep stepping),
 then answers all of them (`batching: continuous` hands requests to
 `continuous.ContinuousDecoder` instead). Both modes sample with
 `sampling.Sampler`: per-request seeds (Gumbel-max), so the sample does not
-depend on how requests happened to be batched.
+depend on how requests happened to be batched. `compile_decode` runs the static
+path's one-token step through torch.compile on fixed buffers (`compiled_decode`).
 """
 
 from __future__ import annotations
