@@ -82,14 +82,17 @@ def test_the_smoke_check_runs_every_case_and_writes_its_summary(tmp_path):
     assert set(cases["tiny full"]["gen_s"]) == {"prefill", "decode", "sampling", "kv_cache"}
 
 
-def test_the_generation_only_check_times_the_batch_as_often_as_asked(tmp_path):
-    out = tmp_path / "generation.json"
-    command = [sys.executable, str(CHECK), "--smoke", "--generation-only", "--repeats", "3"]
-    done = subprocess.run(
-        [*command, "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
+def _check_rows(tmp_path, *options: str) -> tuple[list[dict], str]:
+    """The rows and printout of `gpu_check.py --smoke OPTIONS` (a subprocess that must succeed)."""
+    out = tmp_path / "check.json"
+    command = [sys.executable, str(CHECK), "--smoke", *options, "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    rows = json.loads(out.read_text())["cases"]
+    return json.loads(out.read_text())["cases"], done.stdout
+
+
+def test_the_generation_only_check_times_the_batch_as_often_as_asked(tmp_path):
+    rows, _ = _check_rows(tmp_path, "--generation-only", "--repeats", "3")
     assert [row["case"] for row in rows] == [f"tiny generation {n}" for n in (1, 2, 3)]
     for row in rows:
         assert row["gen_tokens_per_s"] > 0 and row["gen_s"]["decode"] > 0, row
@@ -97,14 +100,7 @@ def test_the_generation_only_check_times_the_batch_as_often_as_asked(tmp_path):
 
 
 def test_the_generation_check_interleaves_the_plain_and_the_compiled_decode_step(tmp_path):
-    out = tmp_path / "compiled.json"
-    command = [sys.executable, str(CHECK), "--smoke", "--generation-only", "--compile-decode"]
-    done = subprocess.run(
-        [*command, "--repeats", "2", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    rows = json.loads(out.read_text())["cases"]
+    rows, _ = _check_rows(tmp_path, "--generation-only", "--compile-decode", "--repeats", "2")
     arms = ["plain", "compiled"]
     assert [row["case"] for row in rows] == [
         f"tiny generation {n} {a}" for n in (1, 2) for a in arms
@@ -115,13 +111,7 @@ def test_the_generation_check_interleaves_the_plain_and_the_compiled_decode_step
 
 
 def test_the_packing_check_interleaves_its_arms(tmp_path):
-    out = tmp_path / "packing.json"
-    command = [sys.executable, str(CHECK), "--smoke", "--packing-only", "--repeats", "2"]
-    done = subprocess.run(
-        [*command, "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    rows = json.loads(out.read_text())["cases"]
+    rows, printed = _check_rows(tmp_path, "--packing-only", "--repeats", "2")
     arms = ["padded", "shared-flex", "shared-sdpa"]
     assert [row["case"] for row in rows] == [f"tiny {a} {n}" for n in (1, 2) for a in arms]
     for row in rows:
@@ -131,7 +121,7 @@ def test_the_packing_check_interleaves_its_arms(tmp_path):
         assert row["status"] == "ok" and row["train_tokens_per_s"] > 0, row
         assert row["rows"] == row["case"].split()[1].split("-")[0], row
         assert 0 <= row["padding_fraction"] < 1 and row["gen_tokens_per_s"] is None
-    assert "padding" in done.stdout and "gen tok/s" not in done.stdout
+    assert "padding" in printed and "gen tok/s" not in printed
 
 
 def test_varied_episodes_share_their_groups_prompt_and_end_when_they_end(gpu_check):

@@ -16,6 +16,7 @@ import random
 
 import pytest
 import torch
+from devices import DEVICES
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentgym_core.learner.forward import token_logprobs
@@ -25,16 +26,6 @@ from agentgym_core.types import Trajectory
 
 VOCAB = 300
 KERNELS = ["eager", "sdpa", "sdpa_gqa", "flex_attention"]
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-        ],
-    ),
-]
 TOLERANCE = {"cpu": 1e-5, "cuda": 1e-4}
 """float32 on both; a GPU's kernels pick their reduction order by shape."""
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from devices import DEVICES
 
 from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.constraints import ActionConstraint
@@ -14,17 +15,6 @@ from agentgym_core.policies.sampling import Request, Sampler
 
 VOCAB = 12
 STOP = 0
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-        ],
-    ),
-]
 
 
 def _sampler() -> Sampler:

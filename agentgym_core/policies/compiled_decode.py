@@ -31,6 +31,21 @@ MIN_CAPACITY = 256
 """Columns of the first buffers (the smallest graph's width)."""
 
 
+def next_token_logits(
+    model: Any, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache
+) -> torch.Tensor:
+    """One decode step: the logits [rows, vocab] after `input_ids` [rows] (written to `cache`)."""
+    out = model(
+        input_ids=input_ids.unsqueeze(1),
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out.logits[:, -1, :]
+
+
 class CompiledDecode:
     """Fixed buffers and a compiled one-token step, reused by every batch of one policy."""
 
@@ -102,15 +117,7 @@ class CompiledDecode:
     def _forward(
         self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache
     ) -> torch.Tensor:
-        out = self.model(
-            input_ids=input_ids.unsqueeze(1),
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1, :]
+        return next_token_logits(self.model, input_ids, attention, positions, cache)
 
     def _ensure(self, cache: Cache, width: int) -> None:
         """Buffers with at least `width` columns, shaped and typed like `cache`'s layers."""

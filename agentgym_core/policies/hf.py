@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from agentgym_core.interfaces import SamplingParams
-from agentgym_core.policies.compiled_decode import CompiledDecode
+from agentgym_core.policies.compiled_decode import CompiledDecode, next_token_logits
 from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.growing_cache import growing
@@ -266,15 +266,8 @@ class HFPolicy:
             if compiled:
                 logits = compiled.step(next_ids.to(device), attention, last_position)[:live]
             else:
-                out = self.model(
-                    input_ids=next_ids.to(device).unsqueeze(1),
-                    attention_mask=attention,
-                    position_ids=last_position,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                logits = out.logits[:, -1, :]
+                ids = next_ids.to(device)
+                logits = next_token_logits(self.model, ids, attention, last_position, cache)
             clock.lap("decode")
         if use_cache:
             attention = attention[:live]

@@ -9,6 +9,7 @@ carry `partial: 1.0`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,11 +99,7 @@ def run_evaluation(
     play = evaluation_play(settings, rollout)
     show = settings.progress and distributed.is_main()
     progress = EpisodeProgress(len(distributed.shard(episodes)), "eval") if show else None
-
-    def run(specs: list[EpisodeSpec], shown: EpisodeProgress | None = None) -> list[Trajectory]:
-        mine = distributed.shard(specs)
-        return distributed.gather(engine.run(mine, play, shown, shown.turn if shown else None))
-
+    run = on_every_rank(engine, play)
     rules = recovery.ReplayRules(
         retries=settings.env_error_retries,
         outage_fraction=settings.outage_fraction,
@@ -115,6 +112,19 @@ def run_evaluation(
     metrics = summarize(trajectories, settings.k)
     metrics["partial"] = float(bool(recovery.env_errors(trajectories)))
     return metrics, trajectories
+
+
+def on_every_rank(engine: Any, settings: RolloutSettings) -> Callable[..., list[Trajectory]]:
+    """`run(specs, progress=None)`: each rank plays its share of `specs`, all get every one.
+
+    The trajectories come back in the order of `specs` (`distributed.shard` is contiguous).
+    """
+
+    def run(specs: list[EpisodeSpec], shown: EpisodeProgress | None = None) -> list[Trajectory]:
+        mine = distributed.shard(specs)
+        return distributed.gather(engine.run(mine, settings, shown, shown.turn if shown else None))
+
+    return run
 
 
 def _say(text: str) -> None:

@@ -38,7 +38,7 @@ def weights_stamp(folder: Path) -> str:
         files = sorted(p for p in Path(folder).iterdir() if p.is_file())
     except OSError:
         return ""
-    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    stats = [(p.name, stat.st_size, stat.st_mtime_ns) for p in files for stat in [p.stat()]]
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()
 
 
@@ -78,7 +78,8 @@ def finished_outcome(stage: Stage, start_model: Path) -> tuple[StageOutcome, flo
         record.get("config_sha256") == config_digest(stage)
         and record.get("start_model") == str(start_model)
         and record.get("start_weights") == weights_stamp(start_model)
-        and Path(record.get("checkpoint", "")).exists()
+        and bool(record.get("checkpoint"))
+        and Path(record["checkpoint"]).exists()
     )
     if not same:
         return None

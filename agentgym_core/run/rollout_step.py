@@ -31,11 +31,11 @@ from agentgym_core.rollout.engine import (
 )
 from agentgym_core.run import recovery
 from agentgym_core.run.components import Components
-from agentgym_core.run.evaluate import evaluation_tasks
+from agentgym_core.run.evaluate import evaluation_tasks, on_every_rank
 from agentgym_core.run.metrics import rollout_metrics
 from agentgym_core.run.runtime import share_prompts, share_rows
 from agentgym_core.tracking.console import EpisodeProgress
-from agentgym_core.types import Trajectory, TrajectoryBatch
+from agentgym_core.types import TrajectoryBatch
 
 Played = tuple[dict[str, float], TrajectoryBatch]
 """An update's rollout metrics and its trajectories."""
@@ -125,13 +125,7 @@ class RolloutStep:
         ]
         start = time.perf_counter()
         settings = rollout_settings(self.root, max_turns=horizon, seed=seed)
-
-        def run(specs: list[EpisodeSpec], shown: EpisodeProgress | None = None) -> list[Trajectory]:
-            mine = distributed.shard(specs)
-            return distributed.gather(
-                self.engine.run(mine, settings, shown, shown.turn if shown else None)
-            )
-
+        run = on_every_rank(self.engine, settings)
         progress = None
         if distributed.is_main():  # a real model's update plays for minutes
             shard = distributed.shard(episodes)
