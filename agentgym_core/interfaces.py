@@ -142,8 +142,23 @@ class PolicyExtras(Protocol):
         """
         ...
 
+    def stage_weights(self, model: Any) -> Any:
+        """Write `model`'s weights where the samplers load them from; a handle for `sync_staged`.
 
-POLICY_EXTRAS = ("computes_as_learner", "counters")
+        For policies whose samplers hold weights of their own (server replicas);
+        `sync_weights(m)` is `sync_staged(stage_weights(m))`. With rollouts ahead
+        of the learner (`trainer.max_staleness`, thread worker) the learner stages
+        each version when it pushes it, so no copy of the model is kept for the
+        rollouts (`run.sources`). Defined together with `sync_staged`.
+        """
+        ...
+
+    def sync_staged(self, staged: Any) -> None:
+        """The samplers load weights `stage_weights` wrote (and are checked against them)."""
+        ...
+
+
+POLICY_EXTRAS = ("computes_as_learner", "counters", "stage_weights", "sync_staged")
 """The names `PolicyExtras` declares."""
 
 

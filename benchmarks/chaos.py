@@ -14,11 +14,16 @@ learner's memory are read:
 - env ids left open on the servers at the end (want 0);
 - the learner ranks' resident memory after warm-up, as a slope (want flat);
 - the largest probe gap of a replica after a weight sync (policy/probe_gap_max, want under
-  1e-3): each sync is checked and a replica that restarted is reloaded before it samples,
-  so no update is sampled on stale weights.
+  1e-3): each sync is checked and a replica that restarted is reloaded before it samples;
+- for every update, the mean |learner - sampler| log-probability of its sampled tokens
+  (train/sampler_logprob_diff): an update sampled on stale weights is over 1e-3;
+- the newest checkpoint's success on 200 test tasks (in-process env, `hf` policy, greedy).
 
     .venv-vllm/bin/python benchmarks/chaos.py --minutes 30 --out runs/chaos
-    .venv-vllm/bin/python benchmarks/chaos.py --minutes 30 --no-chaos --out runs/calm
+    .venv-vllm/bin/python benchmarks/chaos.py --no-chaos --twin-of runs/chaos --out runs/calm
+
+The twin trains, nothing killed, to the chaos run's newest checkpoint and compares the two:
+weights (largest difference) and evaluation.
 
 (in `make test-vllm`'s venv: the replicas need vLLM).
 
@@ -44,6 +49,8 @@ from pathlib import Path
 
 import httpx
 import yaml
+
+from agentgym_core.run.checkpoint import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = "[GoToObj,GoToLocal]"
@@ -131,7 +138,9 @@ def replicas(out: Path, model: Path, count: int) -> list[Target]:
     return made
 
 
-def training_config(out: Path, model: Path, servers, replica_targets, seed: int) -> Path:
+def training_config(
+    out: Path, model: Path, servers, replica_targets, seed: int, steps: int
+) -> Path:
     raw = {
         "run": {"name": "chaos", "seed": seed, "output_dir": str(out / "run")},
         "model": {"path": str(model)},
@@ -153,7 +162,7 @@ def training_config(out: Path, model: Path, servers, replica_targets, seed: int)
         "scheduler": {"name": "fixed", "max_turns": 4},
         "rollout": {"max_context_tokens": 1024, "env_timeout_s": 60, "env_recovery_s": 600},
         "trainer": {
-            "steps": 100_000,
+            "steps": steps,
             "tasks_per_step": 4,
             "group_size": 4,
             "lr": 5e-3,
@@ -273,6 +282,33 @@ def open_ids(servers: list[Target]) -> dict[str, int]:
     return {s.name: int(httpx.get(s.url + "/info", timeout=10).json()["sessions"]) for s in servers}
 
 
+def evaluate(out: Path, checkpoint: Path, tasks: int = 200) -> dict:
+    """Greedy success of `checkpoint` on the first `tasks` test tasks, in-process."""
+    raw = {
+        "run": {"name": "chaos-eval", "seed": 0, "output_dir": str(out / "eval")},
+        "model": {"path": str(checkpoint)},
+        "env": {"name": "babyai", "levels": LEVELS.strip("[]").split(",")},
+        "policy": {"name": "hf"},
+        "eval": {"split": "test", "num_tasks": tasks, "k": 1, "max_turns": 4, "greedy": True},
+        "rollout": {"max_context_tokens": 1024},
+    }
+    config, metrics = out / "eval.yaml", out / "eval.json"
+    config.write_text(yaml.safe_dump(raw))
+    command = [sys.executable, "-m", "agentgym_core.cli", "eval", str(config), "--json"]
+    subprocess.run([*command, str(metrics)], check=True, capture_output=True)
+    return json.loads(metrics.read_text())
+
+
+def weights_gap(first: Path, second: Path) -> float:
+    """The largest absolute difference between two checkpoints' weights."""
+    from safetensors.torch import load_file
+
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    if a.keys() != b.keys():
+        raise ValueError(f"{first} and {second} hold different tensors")
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
 def report(history, targets, chaos, memory, servers, minutes) -> dict:
     errors_left = history.get("rollout/env_errors", [])
     return {
@@ -290,6 +326,11 @@ def report(history, targets, chaos, memory, servers, minutes) -> dict:
         else None,
         "learner_rss_slope_mb_per_min": slope_mb_per_min(memory.samples),
         "probe_gap_max": max(history.get("policy/probe_gap_max", [0.0])),
+        # every update: mean |learner - sampler| log-prob of its sampled tokens
+        "sampler_logprob_diff_max": max(history.get("train/sampler_logprob_diff", [0.0])),
+        "updates_sampled_on_stale_weights": sum(
+            1 for d in history.get("train/sampler_logprob_diff", []) if d > 1e-3
+        ),
         "replica_failovers": max(history.get("policy/failovers", [0.0])),
         "replica_restarts_noticed": max(history.get("policy/restarts", [0.0])),
     }
@@ -302,12 +343,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-chaos", action="store_true", help="the same run, nothing killed")
     parser.add_argument("--smoke", action="store_true", help="3 minutes, a kill every 8-15 s")
+    parser.add_argument(
+        "--twin-of",
+        type=Path,
+        help="a chaos run's --out: train from its model to its newest checkpoint, and compare",
+    )
     args = parser.parse_args(argv)
     minutes = 3.0 if args.smoke else args.minutes
+    twin = json.loads((args.twin_of / "chaos.json").read_text()) if args.twin_of else None
+    steps = twin["checkpoint_step"] if twin else 100_000  # else: until the minutes are up
+    if twin:
+        minutes = 24 * 60.0
     every, down = ((8, 15), (2, 5)) if args.smoke else ((20, 40), (3, 10))
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    model = out / "model"
+    model = (args.twin_of.resolve() if args.twin_of else out) / "model"
     if not (model / "config.json").exists():
         subprocess.run(
             [sys.executable, "-m", "agentgym_core.cli", "model", "init", "--env", "babyai"]
@@ -322,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for target in targets:
             target.start()
-        config = training_config(out, model, servers, replica_targets, args.seed)
+        config = training_config(out, model, servers, replica_targets, args.seed, steps)
         trainer = start_training(config, out)
         memory = Memory(trainer)
         memory.start()
@@ -341,11 +391,12 @@ def main(argv: list[str] | None = None) -> int:
             if target.process is None or target.process.poll() is not None:
                 target.start()
         failed = trainer.poll()
-        if failed is not None:
+        if failed:
             tail = (out / "train.log").read_text()[-3000:]
             raise SystemExit(f"the trainer stopped with exit status {failed}:\n{tail}")
-        os.killpg(trainer.pid, signal.SIGTERM)
-        trainer.wait(300)
+        if failed is None:  # still training: stopped as a job scheduler would
+            os.killpg(trainer.pid, signal.SIGTERM)
+            trainer.wait(300)
         time.sleep(2)
         history = run_history(out / "run" / "mlflow.db")
         figures = report(history, targets, chaos, memory, servers, minutes)
@@ -355,6 +406,16 @@ def main(argv: list[str] | None = None) -> int:
                 os.killpg(trainer.pid, signal.SIGKILL)
         for target in targets:
             target.stop()
+    checkpoint = latest_checkpoint(out / "run")
+    figures["checkpoint"] = str(checkpoint)
+    figures["checkpoint_step"] = int(checkpoint.name.split("-")[-1])
+    figures["eval"] = evaluate(out, checkpoint, tasks=20 if args.smoke else 200)
+    if twin:
+        figures["twin_of"] = {
+            "out": str(args.twin_of),
+            "weights_max_abs_diff": weights_gap(checkpoint, Path(twin["checkpoint"])),
+            "eval": twin["eval"],
+        }
     (out / "chaos.json").write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))
     return 0

@@ -166,6 +166,8 @@ class Components:
     """None in evaluation-only configs (they set `eval.max_turns`)."""
     algorithm: Any | None
     policy_factory: Callable[..., Policy]
+    policy_stages_weights: bool = False
+    """The policy's class has `stage_weights` (`PolicyExtras`): its samplers hold their own."""
 
 
 def build_components(resolved: Any) -> Components:
@@ -184,6 +186,7 @@ def build_components(resolved: Any) -> Components:
         scheduler=_instantiate(resolved, "scheduler"),
         algorithm=_instantiate(resolved, "algorithm"),
         policy_factory=policy_factory,
+        policy_stages_weights=callable(getattr(policy_reg.factory, "stage_weights", None)),
     )
 
 

@@ -110,16 +110,19 @@ class SyncRollouts:
 
 
 class ThreadPlayer:
-    """Plays rollouts on a thread of this process, loading each rollout's weights first."""
+    """Plays rollouts on a thread of this process, the policy loading each rollout's weights first.
 
-    def __init__(self, play: Callable[[int, list], Played], model: Any, sync: Callable) -> None:
-        self.play, self.model, self.sync = play, model, sync
+    `load` gives the policy a version's weights: into the rollouts' copy of the
+    model, then `sync_weights`; or, for a policy that stages them, `sync_staged`.
+    """
 
-    def __call__(self, step: int, history: list, weights: Weights, threads: int) -> Played:
-        """Load `weights` into the policy's model, then play update `step`."""
+    def __init__(self, play: Callable[[int, list], Played], load: Callable[[Any], None]) -> None:
+        self.play, self.load = play, load
+
+    def __call__(self, step: int, history: list, weights: Any, threads: int) -> Played:
+        """Load `weights`, then play update `step`."""
         torch.set_num_threads(threads)
-        load_weights(self.model, weights)
-        self.sync(self.model)
+        self.load(weights)
         return self.play(step, history)
 
     def close(self) -> None:
@@ -138,8 +141,9 @@ class AheadRollouts:
     Args:
         player: plays one update on given weights (`ThreadPlayer`, `ProcessPlayer`).
         play: the parent's own `RolloutStep`, whose engine evaluations use.
-        policy: that engine's policy, on its own copy of the weights (`model`).
-        model: the policy's model; `push` snapshots weights, evaluations load them into it.
+        weights: what a version's weights are kept as, from the learner's model at `push`:
+            a `snapshot`, or a policy's staged weights (`stage_weights`).
+        load: gives the parent's policy such weights (before an evaluation).
         staleness: `trainer.max_staleness` (at least 1).
         steps: `trainer.steps` (no rollout is started past the last update).
         version: updates the starting weights have seen.
@@ -152,15 +156,18 @@ class AheadRollouts:
         policy: Any,
         model: Any,
         *,
+        weights: Callable[[Any], Any],
+        load: Callable[[Any], None],
         staleness: int,
         steps: int,
         version: int,
     ) -> None:
-        self.player, self.play, self.policy, self.model = player, play, policy, model
+        self.player, self.play, self.policy = player, play, policy
+        self.keep, self.load = weights, load
         self.staleness, self.steps = staleness, steps
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
         self.in_flight: dict[int, _InFlight] = {}
-        self.weights, self.version = snapshot(model), version
+        self.weights, self.version = weights(model), version
         # the CPU's intra-op threads, split: torch's thread count is per calling thread, and two
         # threads each using every core would only take turns
         self.learner_threads = torch.get_num_threads()
@@ -182,8 +189,8 @@ class AheadRollouts:
         return Rollout(metrics, batch, flight.version)
 
     def push(self, model: Any, version: int) -> None:
-        """Snapshot the new weights: the next rollouts started play on them."""
-        self.weights, self.version = snapshot(model), version
+        """Keep the new weights: the next rollouts started play on them."""
+        self.weights, self.version = self.keep(model), version
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Wait for every rollout in flight; them as checkpoint data (see `restore`)."""
@@ -208,8 +215,7 @@ class AheadRollouts:
         """Wait for the rollouts in flight, then give the policy the newest weights."""
         for flight in self.in_flight.values():
             flight.future.result()
-        load_weights(self.model, self.weights)
-        self.policy.sync_weights(self.model)
+        self.load(self.weights)
         return self.play.engine
 
     def close(self) -> None:
@@ -223,6 +229,21 @@ class AheadRollouts:
                 self.play.engine.close()
             finally:
                 self.policy.close()
+
+
+def staged_rollouts(root: Any, components: Any) -> bool:
+    """Whether rollouts ahead of the learner skip the model copy: the policy stages weights.
+
+    Its samplers (server replicas) hold their own weights, so the learner's model
+    is only read when a version is pushed. Not with a rollout process (it builds
+    its own policy) or when the behaviour log-probabilities are recomputed (that
+    pass needs the sampling version's model).
+    """
+    return (
+        components.policy_stages_weights
+        and root.trainer.rollout_worker == "thread"
+        and root.trainer.behaviour_logprobs != "recomputed"
+    )
 
 
 def check_staleness(root: Any) -> list[Problem]:
@@ -271,8 +292,19 @@ def open_rollouts(
     if not trainer.max_staleness:
         play, policy = build_rollout_step(root, components, model, tokenizer, newest)
         return SyncRollouts(play, policy, version=version)
-    rollout_model = rollout_copy(model)  # the learner keeps training its own weights
+    staged = staged_rollouts(root, components)
+    # the learner keeps training its own model: the rollouts play a copy, or staged weights
+    rollout_model = model if staged else rollout_copy(model)
     play, policy = build_rollout_step(root, components, rollout_model, tokenizer, newest)
+    if staged:  # the samplers load each version from disk: nothing to copy
+        keep, load = policy.stage_weights, policy.sync_staged
+    else:
+        keep = snapshot
+
+        def load(weights: Weights) -> None:
+            load_weights(rollout_model, weights)
+            policy.sync_weights(rollout_model)
+
     try:
         if trainer.rollout_worker == "process":
             from agentgym_core.run.rollout_process import ProcessPlayer
@@ -282,19 +314,21 @@ def open_rollouts(
                 resolved.raw, str(start_model), str(weights_path), threads, newest=newest
             )
         else:
-            player = ThreadPlayer(play, rollout_model, policy.sync_weights)
+            player = ThreadPlayer(play, load)
+        source = AheadRollouts(
+            player,
+            play,
+            policy,
+            rollout_model,
+            weights=keep,
+            load=load,
+            staleness=trainer.max_staleness,
+            steps=trainer.steps,
+            version=version,
+        )
     except BaseException:
         SyncRollouts(play, policy, version=version).close()  # its engine and policy
         raise
-    source = AheadRollouts(
-        player,
-        play,
-        policy,
-        rollout_model,
-        staleness=trainer.max_staleness,
-        steps=trainer.steps,
-        version=version,
-    )
     try:
         source.restore(saved.get("ahead", []))
     except BaseException:

@@ -47,11 +47,21 @@ def post(http: Any, url: str, path: str, body: dict[str, Any] | None) -> Any:
 
 
 def served_model(http: Any, url: str, configured: str | None) -> str:
-    """The model name `url` serves (`/v1/models`); a `configured` name must be among them."""
+    """The model name `url` serves (`/v1/models`); a `configured` name must be among them.
+
+    Unreachable or HTTP 5xx: `ReplicaDown` (it may be starting); a wrong name or reply:
+    `ConfigError`.
+    """
     import httpx
 
     try:
-        listed = http.get(f"{url}/v1/models").raise_for_status().json()["data"]
+        response = http.get(f"{url}/v1/models")
+    except httpx.TransportError as error:
+        raise ReplicaDown(f"GET {url}/v1/models: {type(error).__name__}: {error}") from None
+    if response.status_code >= 500:
+        raise ReplicaError(f"GET {url}/v1/models: HTTP {response.status_code}")
+    try:
+        listed = response.raise_for_status().json()["data"]
     except (httpx.HTTPError, KeyError, ValueError) as error:
         raise ConfigError(
             [Problem("policy.base_urls", f"{url} does not answer /v1/models: {error}")]
@@ -62,6 +72,26 @@ def served_model(http: Any, url: str, configured: str | None) -> str:
     if configured not in names:
         raise ConfigError([Problem("policy.model", f"{url} serves {names}, not {configured!r}")])
     return configured
+
+
+def answering_models(
+    http: Any, urls: Sequence[str], configured: str | None
+) -> tuple[dict[str, str], dict[str, ReplicaDown]]:
+    """(url -> served model) of the replicas that answer, and why each other one did not.
+
+    A policy starts on the replicas that answer; the others are used once they
+    do. None answering is a `ConfigError` naming each.
+    """
+    served, down = {}, {}
+    for url in urls:
+        try:
+            served[url] = served_model(http, url, configured)
+        except ReplicaDown as error:
+            down[url] = error
+    if not served:
+        reasons = "; ".join(str(error) for error in down.values())
+        raise ConfigError([Problem("policy.base_urls", f"no replica answers: {reasons}")])
+    return served, down
 
 
 def check_same_tokenizer(

@@ -49,6 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ from agentgym_policy_vllm.replica_http import (
     ReplicaDown,
     ReplicaError,
     ServerPolicyError,
+    answering_models,
     check_same_tokenizer,
     post,
     served_model,
@@ -117,7 +119,7 @@ class VLLMServerPolicy:
                 max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_REUSE_S
             ),  # httpx's defaults, but for the expiry
         )
-        self.served = {url: served_model(self.http, url, config.model) for url in self.urls}
+        self.served, down = answering_models(self.http, self.urls, config.model)
         self._lock = threading.Lock()
         self._sessions: dict[Hashable, str] = {}
         self._in_flight: collections.Counter[str] = collections.Counter()
@@ -130,6 +132,8 @@ class VLLMServerPolicy:
         self.weights_dir = Path(config.weights_dir or self._tmp)
         self._version = 0
         self._folder: Path | None = None
+        self._pending: set[str] = set()
+        """Folders staged (`stage_weights`) that no sync has loaded yet: kept at cleanup."""
         """The newest synced weights (None: the servers' own, as started)."""
         self.sync_seconds: list[float] = []
         """Wall time of every weight sync (all replicas), the one at build first."""
@@ -140,7 +144,9 @@ class VLLMServerPolicy:
         self.probe_gaps: dict[str, list[float]] = collections.defaultdict(list)
         """Each replica's probe gap after every sync (rank 0)."""
         self.restarts = Restarts(self.http)
-        check_same_tokenizer(self.http, self.served, model, tokenizer, self.urls)
+        for url, error in down.items():  # used once it answers, after a reload and its probe
+            self._mark_down(url, error)
+        check_same_tokenizer(self.http, self.served, model, tokenizer, list(self.served))
         try:
             self._first_sync(model)
         except BaseException:
@@ -256,6 +262,11 @@ class VLLMServerPolicy:
                 healthy = self.http.get(f"{url}/health", timeout=2).status_code == 200
             except httpx.HTTPError:
                 healthy = False
+            if healthy and url not in self.served:  # down since the policy was built
+                try:
+                    self.served[url] = served_model(self.http, url, self.config.model)
+                except ReplicaDown:
+                    healthy = False
             if healthy and self._folder is not None:
                 try:  # back, perhaps restarted from the first weights: give it the current ones
                     self._reload_checked(url, self._folder)
@@ -336,16 +347,34 @@ class VLLMServerPolicy:
         this one's (one rank waits for nobody and skips the digest). Raises
         `WeightsMismatch` naming the replica whose probe is not the learner's.
         """
+        self.sync_staged(self.stage_weights(model))
+
+    def stage_weights(self, model: Any) -> StagedWeights:
+        """Write `model`'s weights (rank 0) and note the probe they must score; nothing reloads.
+
+        Rollouts ahead of the learner stage each version when it is pushed and
+        sync it when a rollout starts on it, so no copy of the model is kept.
+        """
         start = time.perf_counter()
         self._version += 1
         name = f"{PREFIX}{self._version:06d}"
         if self.ranks > 1:
             name += "-" + hashlib.sha1(repr(fingerprint(model)).encode()).hexdigest()[:12]
         folder = self.weights_dir / name
-        synced = folder.with_name(folder.name + SYNCED)
-        self._expected = learner_logprobs(model, self.probe)  # on every rank: FSDP's is collective
+        expected = learner_logprobs(model, self.probe)  # on every rank: FSDP's is collective
         if self.rank == 0:
             save_weights(model, folder)
+            with self._lock:
+                self._pending.add(folder.name)
+        return StagedWeights(folder, expected, time.perf_counter() - start)
+
+    def sync_staged(self, staged: StagedWeights) -> None:
+        """Every replica that answers reloads `staged` and is probed; older folders go."""
+        start = time.perf_counter()
+        folder = staged.folder
+        synced = folder.with_name(folder.name + SYNCED)
+        self._expected = staged.expected
+        if self.rank == 0:
             reloaded = []
             for url in self.urls:
                 if url in self._down:
@@ -356,16 +385,21 @@ class VLLMServerPolicy:
                 except ReplicaDown as error:
                     self._mark_down(url, error)
             _write_atomically(synced, json.dumps(reloaded))  # the other ranks read which
+            with self._lock:
+                self._pending.discard(folder.name)
+                keep = {folder.name, synced.name, *self._pending}  # staged for later rollouts
             for old in self.weights_dir.glob(f"{PREFIX}*"):
-                if old.is_dir() and old != folder:
+                if old.name in keep:
+                    continue
+                if old.is_dir():
                     shutil.rmtree(old, ignore_errors=True)
-                elif old.is_file() and old != synced:
+                else:
                     old.unlink(missing_ok=True)
         else:
             self._await(synced)
             self._skip_unsynced(json.loads(synced.read_text()))
         self._folder = folder
-        self.sync_seconds.append(time.perf_counter() - start)
+        self.sync_seconds.append(staged.seconds + time.perf_counter() - start)
 
     def _await(self, synced: Path) -> None:
         """Block until rank 0 marks these weights synced on every replica that answers."""
@@ -447,6 +481,17 @@ class VLLMServerPolicy:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+@dataclass(frozen=True)
+class StagedWeights:
+    """Weights written for the replicas (`stage_weights`), not yet loaded by them."""
+
+    folder: Path
+    expected: list[float]
+    """The learner's log-probabilities of the probe on these weights."""
+    seconds: float
+    """Time spent writing them (counted in `sync_seconds`)."""
 
 
 def _write_atomically(path: Path, text: str) -> None:

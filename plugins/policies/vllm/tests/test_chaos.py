@@ -4,7 +4,8 @@ Three env servers, two vLLM replicas and two learner ranks train for three
 minutes while an env server and a replica, in turn, are killed (SIGKILL or
 SIGTERM) every 8-15 s and restarted. What must hold: training goes on through every kill, no env id
 is left open on a server, every replica's probe after a sync matches the
-learner's, and the run's figures are written.
+learner's, every update's sampled log-probs are the learner's, and the run's
+figures, with an evaluation of its newest checkpoint, are written.
 """
 
 from __future__ import annotations
@@ -42,3 +43,7 @@ def test_training_survives_servers_and_replicas_killed_and_restarted(tmp_path):
     assert figures["updates"] >= 5, figures
     assert set(figures["env_ids_left_open"].values()) == {0}, figures
     assert figures["probe_gap_max"] < 1e-3, figures
+    assert figures["updates_sampled_on_stale_weights"] == 0, figures
+    assert figures["sampler_logprob_diff_max"] < 1e-3, figures
+    evaluation = figures["eval"]  # the newest checkpoint, on 20 test tasks
+    assert not evaluation["partial"] and evaluation["episodes"] == 20, evaluation

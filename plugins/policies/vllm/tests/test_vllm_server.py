@@ -270,6 +270,36 @@ def test_several_learner_ranks_without_a_shared_weights_dir_is_refused(monkeypat
         VLLMServerPolicy(config, model=None, tokenizer=None)
 
 
+def test_rollouts_ahead_on_replicas_copy_no_model(
+    replicas, vllm_model_dir, agentgym_train, monkeypatch
+):
+    """With `trainer.max_staleness`, the learner stages each version when it pushes it and the
+    replicas load it when a rollout starts on it: no copy of the model (it was a deep copy of
+    every weight, for samplers that hold their own), and every load is probed."""
+    import agentgym_core.run.sources as sources
+
+    def copied(model):
+        raise AssertionError("rollouts ahead on vllm_server replicas copied the learner's model")
+
+    monkeypatch.setattr(sources, "rollout_copy", copied)
+    run = agentgym_train(
+        {
+            "run": {"name": "ahead", "seed": 0},
+            "model": {"path": str(vllm_model_dir)},
+            "env": {"name": "babyai", "levels": LEVELS},
+            "policy": {"name": "vllm_server", "base_urls": replicas},
+            "algorithm": {"name": "grpo"},
+            "scheduler": {"name": "fixed", "max_turns": 2},
+            "rollout": {"max_context_tokens": 1024},
+            "trainer": {"steps": 4, "tasks_per_step": 2, "group_size": 4, "max_staleness": 1},
+        }
+    )
+    assert [update["rollout/staleness"] for update in run.history] == [0.0, 1.0, 1.0, 1.0]
+    for update in run.history:
+        assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
+        assert update["policy/probe_gap_max"] < 1e-3  # the replicas held the staged version
+
+
 def continuation_logprobs(model, ids) -> list[float]:
     """The learner's log-probability of each token of `ids` after the first."""
     with torch.no_grad():

@@ -4,6 +4,8 @@
   samples (it came back with the weights it was started from);
 - an HTTP 5xx from a replica moves the turn to another (it stopped the run); a turn every
   replica refuses with a 5xx stops at once, naming the error;
+- a replica down when the policy is built is used once it answers, after a reload and its
+  probe (the policy refused to build);
 - with two learner ranks, a replica rank 0 skipped at a sync (it thought it down) is down for
   the other rank too, which reloads it before generating on it (it generated on old weights).
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +36,7 @@ from agentgym_policy_vllm.config import VLLMServerPolicyConfig  # noqa: E402
 from agentgym_policy_vllm.launch import signal_replica, start_replicas, stop  # noqa: E402
 from agentgym_policy_vllm.server import ServerPolicyError, VLLMServerPolicy  # noqa: E402
 
+from agentgym_core.config.errors import ConfigError  # noqa: E402
 from agentgym_core.interfaces import SamplingParams  # noqa: E402
 from agentgym_core.rollout.chat import ChatFormat  # noqa: E402
 
@@ -108,7 +112,7 @@ def test_a_replica_restarted_between_two_turns_is_reloaded_before_it_samples(
 class FailingProxy:
     """A real HTTP server in front of a replica that answers 500 to completions when told."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, port: int = 0) -> None:
         self.failing = False
         proxy = self
 
@@ -142,7 +146,7 @@ class FailingProxy:
             def do_POST(self):
                 self._forward("POST")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -215,3 +219,33 @@ def test_a_replica_rank_0_skipped_at_a_sync_is_reloaded_by_the_other_rank(
     finally:
         rank_0.close()
         rank_1.close()
+
+
+def test_a_replica_down_when_the_policy_is_built_is_used_once_it_answers(replicas, vllm_model_dir):
+    model, tokenizer, prompt = _learner(vllm_model_dir)
+    with socket.socket() as probe:  # nothing listens here until the proxy starts
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    late = f"http://127.0.0.1:{port}"
+    config = VLLMServerPolicyConfig(base_urls=[late, replicas[0]])
+    policy = VLLMServerPolicy(config, model=model, tokenizer=tokenizer)  # was a ConfigError
+    proxy = None
+    try:
+        assert late in policy._down
+        _perturb(model, seed=2)
+        policy.sync_weights(model)
+        current = continuation_logprobs(model, prompt)
+        assert _turn(policy, prompt, "early").text in ACTIONS
+        assert policy._sessions["early"] == replicas[0]
+        proxy = FailingProxy(replicas[1], port=port)  # the late replica answers now
+        time.sleep(1.1)  # a down replica is asked again at most once a second
+        policy._sessions["late"] = late
+        assert _turn(policy, prompt, "late").text in ACTIONS
+        assert policy._sessions["late"] == late  # used, not failed over
+        assert policy.served_logprobs(late, prompt) == pytest.approx(current, abs=1e-3)
+    finally:
+        policy.close()
+        if proxy is not None:
+            proxy.close()
+    with pytest.raises(ConfigError, match="no replica answers"):
+        VLLMServerPolicy(VLLMServerPolicyConfig(base_urls=[late]), model=model, tokenizer=tokenizer)
