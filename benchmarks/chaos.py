@@ -176,7 +176,8 @@ def training_config(
 
 
 def start_training(config: Path, out: Path) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     command = [
         *(sys.executable, "-m", "accelerate.commands.launch"),
         *("--num_processes", "2", "--num_machines", "1", "--multi_gpu"),
