@@ -106,6 +106,7 @@ def free_text_batch(smollm2_with_sampling_defaults):
         policy.close()
 
 
+@pytest.mark.timeout(1200)  # 16 real-model episodes: 558 s seen beside other runs on 2 cores
 def test_hf_samples_what_the_learner_scores_with_a_checkpoints_sampling_defaults(
     free_text_batch,
 ):

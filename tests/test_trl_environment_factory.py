@@ -75,6 +75,24 @@ def test_the_adapter_plays_babyai_as_in_process():
         environment_factory("babyai", {"levls": ["GoToObj"]})
 
 
+def test_rollouts_of_a_seeded_class_draw_different_tasks_reproducibly():
+    """Rows naming no task: each instance (one per rollout) takes the next draw of the class's
+    seeded sequence (every instance drew the same task before), and the seed repeats it."""
+
+    def drawn(seed: int) -> list[int]:
+        env_class = environment_factory("babyai", BABYAI, seed=seed)
+        tasks = []
+        for _ in range(8):
+            env = env_class()
+            env.reset()
+            tasks.append(env.task_id)
+        return tasks
+
+    first = drawn(0)
+    assert len(set(first)) > 1
+    assert drawn(0) == first and drawn(1) != first
+
+
 def _tool_caller(folder, env_class, rows, steps: int = 80):
     """A tiny model on the real Qwen2 tokenizer that calls `act` ("go to <object> 1")."""
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 import weakref
 from typing import Any
 
@@ -55,7 +56,10 @@ class AgentGymToolEnv:
     registration: Any = None
     config: BaseModel | None = None
     max_steps: int | None = None
-    seed: int | None = None
+    draws: random.Random = random.Random()
+    """Draws the task of a row that names none: one sequence for every instance of the class
+    (seeded by `environment_factory(seed=)`), so each rollout gets the next draw."""
+    draws_lock = threading.Lock()
 
     def __init__(self) -> None:
         self.env: Any = None
@@ -64,7 +68,6 @@ class AgentGymToolEnv:
         self.rewards: list[float] = []
         self.done = False
         self.success: bool | None = None
-        self._rng = random.Random(self.seed)
 
     def reset(self, task_id: int | None = None, **row: Any) -> str:
         """Start the task the dataset row names (`task_id`), else a train task drawn at random.
@@ -73,7 +76,8 @@ class AgentGymToolEnv:
         """
         env = self._environment()
         if task_id is None:
-            task_id = self._rng.choice(list(env.tasks("train")))
+            with self.draws_lock:
+                task_id = self.draws.choice(list(env.tasks("train")))
         self.task_id = int(task_id)
         self.actions, self.rewards = [], []
         self.done, self.success = False, None
@@ -145,7 +149,8 @@ def environment_factory(
             "registration": registration,
             "config": config,
             "max_steps": max_steps,
-            "seed": seed,
+            "draws": random.Random(seed),
+            "draws_lock": threading.Lock(),
         },
     )
 
