@@ -310,6 +310,19 @@ def weights_gap(first: Path, second: Path) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
+def first_difference(ours: dict, theirs: dict, keys=("rollout/generated_tokens", "train/loss")):
+    """The first update (0-based) whose `keys` differ between two runs' histories, and how."""
+    for key in keys:
+        if key not in ours or key not in theirs:
+            return {"missing": key}
+    for update in range(min(len(run[k]) for run in (ours, theirs) for k in keys)):
+        changed = {k: [ours[k][update], theirs[k][update]] for k in keys}
+        changed = {k: pair for k, pair in changed.items() if pair[0] != pair[1]}
+        if changed:
+            return {"update": update, **changed}
+    return None
+
+
 def report(history, targets, chaos, memory, servers, minutes) -> dict:
     errors_left = history.get("rollout/env_errors", [])
     return {
@@ -416,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
             "out": str(args.twin_of),
             "weights_max_abs_diff": weights_gap(checkpoint, Path(twin["checkpoint"])),
             "eval": twin["eval"],
+            "first_update_that_differs": first_difference(
+                history, run_history(args.twin_of.resolve() / "run" / "mlflow.db")
+            ),
         }
     (out / "chaos.json").write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))
