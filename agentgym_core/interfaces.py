@@ -147,9 +147,10 @@ class PolicyExtras(Protocol):
 
         For policies whose samplers hold weights of their own (server replicas);
         `sync_weights(m)` is `sync_staged(stage_weights(m))`. With rollouts ahead
-        of the learner (`trainer.max_staleness`, thread worker) the learner stages
-        each version when it pushes it, so no copy of the model is kept for the
-        rollouts (`run.sources`). Defined together with `sync_staged`.
+        of the learner (`trainer.max_staleness`, thread worker, behaviour log-probs
+        not recomputed) the learner stages each version when it pushes it, so no
+        copy of the model is kept for the rollouts (`run.sources`). Defined with
+        `sync_staged`; ignored on a policy that `computes_as_learner`.
         """
         ...
 

@@ -167,7 +167,7 @@ class Components:
     algorithm: Any | None
     policy_factory: Callable[..., Policy]
     policy_stages_weights: bool = False
-    """The policy's class has `stage_weights` (`PolicyExtras`): its samplers hold their own."""
+    """The policy's samplers hold weights of their own, which it stages (`PolicyExtras`)."""
 
 
 def build_components(resolved: Any) -> Components:
@@ -186,8 +186,15 @@ def build_components(resolved: Any) -> Components:
         scheduler=_instantiate(resolved, "scheduler"),
         algorithm=_instantiate(resolved, "algorithm"),
         policy_factory=policy_factory,
-        policy_stages_weights=callable(getattr(policy_reg.factory, "stage_weights", None)),
+        policy_stages_weights=stages_weights(policy_reg.factory),
     )
+
+
+def stages_weights(policy_class: Any) -> bool:
+    """Whether a policy class's samplers hold weights of their own, staged for them."""
+    if getattr(policy_class, "computes_as_learner", False):
+        return False
+    return callable(getattr(policy_class, "stage_weights", None))
 
 
 def _instantiate(resolved: Any, block: str) -> Any | None:

@@ -11,8 +11,9 @@ never holds the learner. Three forms:
   while the learner trains on update t, the rollouts of updates t+1 .. t+k
   already play on their own thread, each on the newest weights pushed when it
   started (a copy: the learner keeps training its own; a LoRA learner's frozen
-  base is shared, not copied). Right where generation
-  has its own device (a vLLM GPU).
+  base is shared, not copied; a policy whose samplers hold their own weights,
+  `vllm_server`, gets each version written for it at push instead, and no
+  copy). Right where generation has its own device (a vLLM GPU).
 - `AheadRollouts` in a process (`rollout_worker: process`, `rollout_process`):
   the same, in a child with its own interpreter, for CPUs where a thread would
   share the interpreter lock with the learner.
@@ -235,9 +236,10 @@ def staged_rollouts(root: Any, components: Any) -> bool:
     """Whether rollouts ahead of the learner skip the model copy: the policy stages weights.
 
     Its samplers (server replicas) hold their own weights, so the learner's model
-    is only read when a version is pushed. Not with a rollout process (it builds
-    its own policy) or when the behaviour log-probabilities are recomputed (that
-    pass needs the sampling version's model).
+    is only read when a version is pushed (the write is then on the learner's
+    path, as in synchronous training). Not with a rollout process (it builds its
+    own policy) or when the behaviour log-probabilities are recomputed (that pass
+    needs the sampling version's model).
     """
     return (
         components.policy_stages_weights
@@ -305,12 +307,13 @@ def open_rollouts(
             load_weights(rollout_model, weights)
             policy.sync_weights(rollout_model)
 
+    player: Any = None
     try:
         if trainer.rollout_worker == "process":
             from agentgym_core.run.rollout_process import ProcessPlayer
 
             threads = max(1, torch.get_num_threads() // 2)
-            player: Any = ProcessPlayer(
+            player = ProcessPlayer(
                 resolved.raw, str(start_model), str(weights_path), threads, newest=newest
             )
         else:
@@ -327,6 +330,8 @@ def open_rollouts(
             version=version,
         )
     except BaseException:
+        if player is not None:
+            player.close()
         SyncRollouts(play, policy, version=version).close()  # its engine and policy
         raise
     try:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import hashlib
 import json
 import logging
@@ -49,7 +50,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,14 @@ from agentgym_policy_vllm.replica_http import (
     served_model,
 )
 from agentgym_policy_vllm.restarts import Restarts
+from agentgym_policy_vllm.weight_folders import (
+    PREFIX,
+    SYNCED,
+    StagedWeights,
+    remove_all_but,
+    version_of,
+    write_atomically,
+)
 from agentgym_policy_vllm.weights import (
     check_probe,
     learner_dtype,
@@ -85,11 +93,6 @@ from agentgym_policy_vllm.weights import (
 from agentgym_policy_vllm.xargs import EXTRA_ARG, encode_sequences
 
 log = logging.getLogger(__name__)
-
-PREFIX = "agentgym-v"
-"""Start of the names of the weights folders (and marks) in `weights_dir`."""
-SYNCED = ".synced"
-"""Suffix of the file rank 0 writes beside a weights folder once every replica reloaded it."""
 
 
 class VLLMServerPolicy:
@@ -132,9 +135,10 @@ class VLLMServerPolicy:
         self.weights_dir = Path(config.weights_dir or self._tmp)
         self._version = 0
         self._folder: Path | None = None
-        self._pending: set[str] = set()
-        """Folders staged (`stage_weights`) that no sync has loaded yet: kept at cleanup."""
         """The newest synced weights (None: the servers' own, as started)."""
+        self._pending: set[str] = set()
+        """Folders staged (`stage_weights`) for a later sync: cleanup keeps them (and their
+        `.tmp` while written)."""
         self.sync_seconds: list[float] = []
         """Wall time of every weight sync (all replicas), the one at build first."""
         self.probe = probe_ids(self.chat)
@@ -146,7 +150,10 @@ class VLLMServerPolicy:
         self.restarts = Restarts(self.http)
         for url, error in down.items():  # used once it answers, after a reload and its probe
             self._mark_down(url, error)
-        check_same_tokenizer(self.http, self.served, model, tokenizer, list(self.served))
+        self._check_tokenizer = functools.partial(
+            check_same_tokenizer, self.http, self.served, model, tokenizer
+        )
+        self._check_tokenizer(list(self.served))
         try:
             self._first_sync(model)
         except BaseException:
@@ -263,8 +270,9 @@ class VLLMServerPolicy:
             except httpx.HTTPError:
                 healthy = False
             if healthy and url not in self.served:  # down since the policy was built
-                try:
+                try:  # another model stops the run here (ConfigError), as at build
                     self.served[url] = served_model(self.http, url, self.config.model)
+                    self._check_tokenizer([url])
                 except ReplicaDown:
                     healthy = False
             if healthy and self._folder is not None:
@@ -363,9 +371,9 @@ class VLLMServerPolicy:
         folder = self.weights_dir / name
         expected = learner_logprobs(model, self.probe)  # on every rank: FSDP's is collective
         if self.rank == 0:
-            save_weights(model, folder)
-            with self._lock:
+            with self._lock:  # before the write: a sync's cleanup on another thread keeps it
                 self._pending.add(folder.name)
+            save_weights(model, folder)
         return StagedWeights(folder, expected, time.perf_counter() - start)
 
     def sync_staged(self, staged: StagedWeights) -> None:
@@ -384,22 +392,24 @@ class VLLMServerPolicy:
                     reloaded.append(url)
                 except ReplicaDown as error:
                     self._mark_down(url, error)
-            _write_atomically(synced, json.dumps(reloaded))  # the other ranks read which
-            with self._lock:
-                self._pending.discard(folder.name)
-                keep = {folder.name, synced.name, *self._pending}  # staged for later rollouts
-            for old in self.weights_dir.glob(f"{PREFIX}*"):
-                if old.name in keep:
-                    continue
-                if old.is_dir():
-                    shutil.rmtree(old, ignore_errors=True)
-                else:
-                    old.unlink(missing_ok=True)
+            write_atomically(synced, json.dumps(reloaded))  # the other ranks read which
+            self._clean_up(folder)
         else:
             self._await(synced)
             self._skip_unsynced(json.loads(synced.read_text()))
         self._folder = folder
         self.sync_seconds.append(staged.seconds + time.perf_counter() - start)
+
+    def _clean_up(self, current: Path) -> None:
+        """Delete every weights folder and mark but `current`'s and those staged after it.
+
+        Rollouts sync in the order they were staged, so one staged before `current`
+        will never be loaded; an earlier run's leftovers go too.
+        """
+        with self._lock:
+            self._pending = {n for n in self._pending if version_of(n) > version_of(current)}
+            keep = (current.name, *self._pending)
+        remove_all_but(self.weights_dir, keep)
 
     def _await(self, synced: Path) -> None:
         """Block until rank 0 marks these weights synced on every replica that answers."""
@@ -476,26 +486,12 @@ class VLLMServerPolicy:
         return post(self.http, url, path, body)
 
     def close(self) -> None:
-        """Close the connections; delete the temporary weights folder, if any."""
+        """Close the connections; delete the weights no sync will load, and a temporary folder."""
         self.http.close()
+        if self.rank == 0:
+            for name in self._pending:
+                shutil.rmtree(self.weights_dir / name, ignore_errors=True)
+            self._pending.clear()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-
-
-@dataclass(frozen=True)
-class StagedWeights:
-    """Weights written for the replicas (`stage_weights`), not yet loaded by them."""
-
-    folder: Path
-    expected: list[float]
-    """The learner's log-probabilities of the probe on these weights."""
-    seconds: float
-    """Time spent writing them (counted in `sync_seconds`)."""
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """`path` appears with all of `text` or not at all (other ranks poll for it)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    partial.replace(path)

@@ -271,7 +271,7 @@ def test_several_learner_ranks_without_a_shared_weights_dir_is_refused(monkeypat
 
 
 def test_rollouts_ahead_on_replicas_copy_no_model(
-    replicas, vllm_model_dir, agentgym_train, monkeypatch
+    replicas, vllm_model_dir, agentgym_train, monkeypatch, tmp_path
 ):
     """With `trainer.max_staleness`, the learner stages each version when it pushes it and the
     replicas load it when a rollout starts on it: no copy of the model (it was a deep copy of
@@ -287,7 +287,11 @@ def test_rollouts_ahead_on_replicas_copy_no_model(
             "run": {"name": "ahead", "seed": 0},
             "model": {"path": str(vllm_model_dir)},
             "env": {"name": "babyai", "levels": LEVELS},
-            "policy": {"name": "vllm_server", "base_urls": replicas},
+            "policy": {
+                "name": "vllm_server",
+                "base_urls": replicas,
+                "weights_dir": str(tmp_path / "weights"),
+            },
             "algorithm": {"name": "grpo"},
             "scheduler": {"name": "fixed", "max_turns": 2},
             "rollout": {"max_context_tokens": 1024},
@@ -295,6 +299,9 @@ def test_rollouts_ahead_on_replicas_copy_no_model(
         }
     )
     assert [update["rollout/staleness"] for update in run.history] == [0.0, 1.0, 1.0, 1.0]
+    # the versions staged after the last rollout started are deleted at close, not left behind
+    left = [p.name for p in (tmp_path / "weights").iterdir() if p.is_dir()]
+    assert len(left) == 1, left
     for update in run.history:
         assert update["rollout/episodes"] == 8 and update["rollout/env_errors"] == 0
         assert update["policy/probe_gap_max"] < 1e-3  # the replicas held the staged version
