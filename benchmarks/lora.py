@@ -113,6 +113,15 @@ def saved_by_autograd(model, batch) -> float:
     return sum(seen.values()) / 2**20
 
 
+def _lora_block(kind: str) -> dict | None:
+    """The arm's `model.lora`: `lora` (every layer), `lora-topN` (the last N layers), else none."""
+    if kind == "lora":
+        return LORA
+    if kind.startswith("lora-top"):
+        return {**LORA, "top_layers": int(kind.removeprefix("lora-top"))}
+    return None
+
+
 def one_memory_run(model: Path, arm: str, updates: int) -> dict:
     """In this (fresh) process: the arm's learner, `updates` updates; its measurements."""
     import torch
@@ -129,7 +138,7 @@ def one_memory_run(model: Path, arm: str, updates: int) -> dict:
     block = ModelConfig(
         path=str(model),
         dtype="bfloat16" if dtype == "bf16" else "float32",
-        lora=LORA if kind == "lora" else None,
+        lora=_lora_block(kind),
     )
     net, _ = load_training_model(block, model, None)
     learner = Learner(net, GRPO(GRPOConfig()), LearnerSettings(lr=1e-4, micro_batch_tokens=4096))

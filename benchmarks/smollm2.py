@@ -5,9 +5,11 @@ the same batch of 16 trajectories of 384 tokens (a third prompt, then 40% agent
 tokens), each arm in a fresh process, arms interleaved per repeat (the
 machinery of `benchmarks/lora.py --memory`). Arms: `full` (float32), `full:bf16`
 (bfloat16 weights, float32 master copies), `lora` (rank 16 on a float32 base),
-`lora:bf16` (on a bfloat16 base), and `full:all-logits`, the float32 update
-with the output layer run on every position instead of only where the loss
-needs it (what the learner did before it kept logits to agent tokens).
+`lora:bf16` (on a bfloat16 base), `lora-top15:bf16` (adapters on the last 15 of
+30 layers, `model.lora.top_layers`: the backward pass stops under them), and
+`full:all-logits`, the float32 update with the output layer run on every
+position instead of only where the loss needs it (what the learner did before
+it kept logits to agent tokens).
 
     .venv/bin/python benchmarks/smollm2.py --update --repeats 3
 
@@ -48,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-UPDATE_ARMS = ["full", "full:bf16", "lora", "lora:bf16", "full:all-logits"]
+UPDATE_ARMS = ["full", "full:bf16", "lora", "lora:bf16", "lora-top15:bf16", "full:all-logits"]
 GENERATE_ARMS = ["hf-before", "hf", "hf:bf16", "vllm", "vllm:bf16"]
 EPISODES = 16
 NEW_TOKENS = 16

@@ -309,3 +309,46 @@ def test_lora_without_peft_names_the_install_command(monkeypatch, tmp_path, baby
         load_config(path, [], PluginHost().registry)
     assert "model.lora: LoRA needs peft" in str(raised.value)
     assert "pip install 'agentgym-core[lora]'" in str(raised.value)
+
+
+def test_top_layers_adapts_the_last_layers_only_and_backward_stops_under_them(
+    tmp_path, babyai_model
+):
+    """`top_layers: 1` on a 2-layer model: the adapter sits on layer 1 alone, nothing under it
+    is in the autograd graph, and the run trains, samples as it scores, resumes and merges."""
+    top = {**LORA, "top_layers": 1}
+    raw = _raw(tmp_path, babyai_model, "top", steps=2)
+    raw["model"]["lora"] = top
+    run = _train(raw, PluginHost())
+    assert all(h["train/sampler_logprob_diff"] < 1e-4 for h in run.history)
+    saved = lora.load_file_weights(run.checkpoint)
+    assert saved and all(".layers.1." in name for name in saved)
+    assert any(".lora_B." in k and float(v.abs().max()) > 0 for k, v in saved.items())
+
+    block = ModelConfig(path=str(babyai_model), lora=top)
+    model, _ = load_training_model(block, babyai_model, Path(run.checkpoint))
+    layers = model.get_base_model().model.layers
+    needs_grad: dict[int, bool] = {}
+    for index, layer in enumerate(layers):
+        layer.register_forward_hook(
+            lambda _m, _i, out, index=index: needs_grad.__setitem__(
+                index, (out[0] if isinstance(out, tuple) else out).requires_grad
+            )
+        )
+    model(input_ids=torch.tensor([[5, 6, 7]], device=_device(model))).logits.sum().backward()
+    assert needs_grad == {0: False, 1: True}
+
+    out = tmp_path / "merged"
+    assert agentgym(["model", "merge", str(run.checkpoint), "--out", str(out)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(out).to(_device(model))
+    ids = torch.tensor([[5, 6, 7, 8]], device=_device(model))
+    with torch.no_grad():
+        torch.testing.assert_close(merged(input_ids=ids).logits, model(input_ids=ids).logits)
+
+    raw["model"]["lora"] = {**LORA, "top_layers": 3}
+    raw["run"]["output_dir"] = str(tmp_path / "too-deep")
+    with pytest.raises(ConfigError) as raised:
+        _train(raw, PluginHost())
+    message = str(raised.value)
+    assert "model.lora.top_layers: 3 layers asked for, but the model at" in message
+    assert "has 2: set at most 2" in message

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentgym_core.cli import main as agentgym
 from agentgym_core.config.schema import ModelConfig
-from agentgym_core.learner.forward import run_model, token_logprobs
+from agentgym_core.learner.forward import policy_forward, token_logprobs
 from agentgym_core.learner.packing import pack
 from agentgym_core.rollout.chat import PRIMING_REPLY, ChatFormat
 from agentgym_core.run.runtime import load_training_model
@@ -111,16 +111,32 @@ def test_hf_samples_what_the_learner_scores_with_a_checkpoints_sampling_defaults
     free_text_batch,
 ):
     """Over 500+ free-text tokens at temperature 1: the sampler's log-probs are the learner's
-    full-softmax ones; the checkpoint's top_k=5 / top_p=0.5 / temperature 0.3 do not apply."""
+    full-softmax ones; the checkpoint's top_k=5 / top_p=0.5 / temperature 0.3 do not apply.
+
+    Scored as the CPU learner packs a batch by default: a row per episode, each task's
+    prompt computed once for its four samples.
+    """
     model, trajectories = free_text_batch
-    (mb,) = pack(trajectories, row_tokens=None, micro_batch_tokens=1 << 20)
+    (mb,) = pack(
+        trajectories,
+        row_tokens=None,
+        micro_batch_tokens=1 << 20,
+        share_rows=False,
+        share_prompts=True,
+    )
+    mask = mb.mask.bool()
     with torch.no_grad():
-        learner = token_logprobs(model, mb, 1.0)[0][mb.mask.bool()]
-    sampler = mb.sampler_logprobs[mb.mask.bool()]
+        logprobs, _, last = policy_forward(model, mb, 1.0, hidden=True)
+        logits = model.lm_head(last[mask]).float()  # [sampled tokens, vocab]
+    learner = logprobs[mask]
+    sampler = mb.sampler_logprobs[mask]
     assert learner.numel() >= 500
     assert float((learner - sampler).abs().mean()) < 1e-3
-    outside = _sampled_outside_top_k(model, trajectories[:4], k=SAMPLING_DEFAULTS["top_k"])
-    assert outside > 0  # impossible had the checkpoint's top_k been applied
+    targets = mb.targets[mask]
+    head = torch.log_softmax(logits, -1).gather(1, targets[:, None]).squeeze(1)
+    assert float((head - learner).abs().max()) < 1e-4  # the same positions' logits
+    rank = (logits > logits.gather(1, targets[:, None])).sum(-1)
+    assert int((rank >= SAMPLING_DEFAULTS["top_k"]).sum()) > 0  # impossible under top_k=5
 
 
 def test_through_lora_updates_and_a_resume_the_sampler_scores_as_the_learner(lora_runs):
@@ -131,16 +147,6 @@ def test_through_lora_updates_and_a_resume_the_sampler_scores_as_the_learner(lor
     assert resumed.resumed_from == 2 and len(resumed.history) == 3
     assert resumed.history[2]["train/sampler_logprob_diff"] < 1e-3
     assert resumed.history[2]["rollout/generated_tokens"] > 0
-
-
-def _sampled_outside_top_k(model, trajectories, k: int) -> int:
-    """Sampled tokens that were not among the model's k most likely at their position."""
-    (mb,) = pack(trajectories, row_tokens=None, micro_batch_tokens=1 << 20)
-    with torch.no_grad():
-        logits = run_model(model, mb).logits.float()
-    chosen = logits.gather(2, mb.targets[..., None]).squeeze(2)
-    rank = (logits > chosen[..., None]).sum(-1)
-    return int((rank[mb.mask.bool()] >= k).sum())
 
 
 def test_merge_of_the_lora_checkpoint_scores_as_the_adapter(lora_runs, tmp_path):

@@ -57,16 +57,53 @@ def add_adapter(model: Any, options: Any, *, base_path: str | Path) -> Any:
         r=options.r,
         lora_alpha=options.alpha,
         lora_dropout=options.dropout,
-        target_modules=options.target_modules,
+        target_modules=_targets(model, options),
         bias=options.bias,
         modules_to_save=options.modules_to_save,
         use_rslora=options.use_rslora,
+        layers_to_transform=_top_layers(model, options.top_layers),
         task_type="CAUSAL_LM",
     )
     autocast = options.adapter_dtype == "float32"
     wrapped = get_peft_model(model, config, autocast_adapter_dtype=autocast)
     wrapped.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
     return wrapped
+
+
+def _targets(model: Any, options: Any) -> Any:
+    """`target_modules` as PEFT takes them.
+
+    With `top_layers`, `all-linear` is spelled out as the linear layers' names (the
+    output head's aside): PEFT takes no layer list beside a pattern.
+    """
+    if options.top_layers is None or options.target_modules != "all-linear":
+        return options.target_modules
+    head = model.get_output_embeddings()
+    return sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and module is not head
+        }
+    )
+
+
+def decoder_depth(model: Any) -> int | None:
+    """How many decoder layers the model has (its config's `num_hidden_layers`), if it says."""
+    config = model.config
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    return getattr(config, "num_hidden_layers", None)
+
+
+def _top_layers(model: Any, top: int | None) -> list[int] | None:
+    """The indices of the last `top` decoder layers (None: every layer)."""
+    if top is None:
+        return None
+    depth = decoder_depth(model)
+    if depth is None or top > depth:
+        raise ValueError(f"top_layers={top}, but the model has {depth} decoder layers")
+    return list(range(depth - top, depth))
 
 
 def with_adapter_from(model: Any, checkpoint: str | Path) -> Any:

@@ -203,3 +203,19 @@ def _instantiate(resolved: Any, block: str) -> Any | None:
         return None
     registration, options = resolved.components[block]
     return registration.factory(options)
+
+
+def check_top_layers(model: Any, top: int | None, path: str | Path) -> None:
+    """Refuse `model.lora.top_layers` deeper than the model, naming its depth."""
+    if top is None:
+        return
+    depth = lora.decoder_depth(model)
+    if depth is None:
+        problem = f"the model at {path} names no num_hidden_layers in its config"
+    elif top > depth:
+        problem = (
+            f"{top} layers asked for, but the model at {path} has {depth}: set at most {depth}"
+        )
+    else:
+        return
+    raise ConfigError([Problem("model.lora.top_layers", problem)])

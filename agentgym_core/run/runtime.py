@@ -29,7 +29,12 @@ from agentgym_core.run.checkpoint import (
     restore_learner,
     save_learner_checkpoint,
 )
-from agentgym_core.run.components import check_context_fits, load_configured_model, load_critic
+from agentgym_core.run.components import (
+    check_context_fits,
+    check_top_layers,
+    load_configured_model,
+    load_critic,
+)
 
 if TYPE_CHECKING:
     from agentgym_core.tracking.console import ProgressBar
@@ -143,6 +148,7 @@ def load_training_model(
     if model_block.lora is None:
         return load_configured_model(model_block, resume or start_model)
     base, tokenizer = load_configured_model(model_block, start_model)
+    check_top_layers(base, model_block.lora.top_layers, start_model)
     model = lora.add_adapter(base, model_block.lora, base_path=start_model)
     if resume is not None:
         lora.load_adapter_weights(model, resume)
