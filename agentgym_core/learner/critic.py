@@ -20,6 +20,7 @@ from agentgym_core.learner.forward import run_model
 from agentgym_core.learner.packing import MicroBatch
 from agentgym_core.learner.precision import MasterWeights
 from agentgym_core.learner.settings import LearnerSettings, adamw, lr_schedule
+from agentgym_core.modeling.text_config import text_config
 
 
 class ValueHead(nn.Module):
@@ -70,9 +71,7 @@ class Critic(nn.Module):
 
 def hidden_size(model: Any) -> int:
     """Width of a causal LM's last hidden state (the text part of multimodal configs)."""
-    config = model.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return int(text.hidden_size)
+    return int(text_config(model).hidden_size)
 
 
 def build_critic(spec: CriticSpec, policy: Any, load_model: Callable[[str | None], Any]) -> Critic:

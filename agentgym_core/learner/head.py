@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from agentgym_core.modeling.text_config import text_config
 from agentgym_core.policies.constraints import allowed_mask
 
 Constraints = Sequence[tuple[int, Sequence[int]]]
@@ -112,9 +113,7 @@ def output_head(model: Any) -> torch.nn.Module:
             f"trainer.logprob_chunk_tokens: {type(model).__name__} has no output head "
             "(get_output_embeddings): leave logprob_chunk_tokens null for it"
         )
-    config = getattr(model, "config", None)
-    if hasattr(config, "get_text_config"):
-        config = config.get_text_config()
+    config = text_config(model)
     changed = [name for name in LOGIT_TRANSFORMS if getattr(config, name, None) is not None]
     if changed:
         raise ValueError(

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from agentgym_core.modeling.text_config import text_config
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -90,10 +92,7 @@ def _targets(model: Any, options: Any) -> Any:
 
 def decoder_depth(model: Any) -> int | None:
     """How many decoder layers the model has (its config's `num_hidden_layers`), if it says."""
-    config = model.config
-    if hasattr(config, "get_text_config"):
-        config = config.get_text_config()
-    return getattr(config, "num_hidden_layers", None)
+    return getattr(text_config(model), "num_hidden_layers", None)
 
 
 def _top_layers(model: Any, top: int | None) -> list[int] | None:

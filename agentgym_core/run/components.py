@@ -16,6 +16,7 @@ from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, 
 from agentgym_core.learner import lora
 from agentgym_core.learner.critic import Critic, build_critic
 from agentgym_core.modeling.attention import prefer_sdpa_gqa
+from agentgym_core.modeling.text_config import text_config
 from agentgym_core.rollout import contract
 from agentgym_core.rollout.chat import set_chat_template_kwargs
 
@@ -125,9 +126,7 @@ def check_context_fits(model: Any, max_context_tokens: int, path: str | Path) ->
     hours into a run. Rotary models compute positions and run past
     `max_position_embeddings` (with what quality is the user's call), so they pass.
     """
-    config = model.config
-    if hasattr(config, "get_text_config"):
-        config = config.get_text_config()
+    config = text_config(model)
     if any(getattr(config, key, None) is not None for key in ROTARY_KEYS):
         return
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
