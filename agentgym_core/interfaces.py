@@ -158,8 +158,22 @@ class PolicyExtras(Protocol):
         """The samplers load weights `stage_weights` wrote (and are checked against them)."""
         ...
 
+    def synced_weights(self) -> Any:
+        """The staged handle of the weights the samplers hold now (None: their own).
 
-POLICY_EXTRAS = ("computes_as_learner", "counters", "stage_weights", "sync_staged")
+        Rollouts ahead start on it rather than staging the learner's starting
+        weights a second time, right after the policy's build synced them.
+        """
+        ...
+
+
+POLICY_EXTRAS = (
+    "computes_as_learner",
+    "counters",
+    "stage_weights",
+    "sync_staged",
+    "synced_weights",
+)
 """The names `PolicyExtras` declares."""
 
 

@@ -148,6 +148,8 @@ class AheadRollouts:
         staleness: `trainer.max_staleness` (at least 1).
         steps: `trainer.steps` (no rollout is started past the last update).
         version: updates the starting weights have seen.
+        start_weights: `model`'s weights as `weights` keeps them, when the policy already
+            holds them (`synced_weights`); else they are kept from `model`.
     """
 
     def __init__(
@@ -162,13 +164,15 @@ class AheadRollouts:
         staleness: int,
         steps: int,
         version: int,
+        start_weights: Any = None,
     ) -> None:
         self.player, self.play, self.policy = player, play, policy
         self.keep, self.load = weights, load
         self.staleness, self.steps = staleness, steps
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
         self.in_flight: dict[int, _InFlight] = {}
-        self.weights, self.version = weights(model), version
+        self.weights = weights(model) if start_weights is None else start_weights
+        self.version = version
         # the CPU's intra-op threads, split: torch's thread count is per calling thread, and two
         # threads each using every core would only take turns
         self.learner_threads = torch.get_num_threads()
@@ -298,8 +302,10 @@ def open_rollouts(
     # the learner keeps training its own model: the rollouts play a copy, or staged weights
     rollout_model = model if staged else rollout_copy(model)
     play, policy = build_rollout_step(root, components, rollout_model, tokenizer, newest)
+    start_weights = None
     if staged:  # the samplers load each version from disk: nothing to copy
         keep, load = policy.stage_weights, policy.sync_staged
+        start_weights = getattr(policy, "synced_weights", lambda: None)()
     else:
         keep = snapshot
 
@@ -328,6 +334,7 @@ def open_rollouts(
             staleness=trainer.max_staleness,
             steps=trainer.steps,
             version=version,
+            start_weights=start_weights,
         )
     except BaseException:
         if player is not None:

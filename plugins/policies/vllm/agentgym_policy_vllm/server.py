@@ -134,7 +134,7 @@ class VLLMServerPolicy:
         self._tmp = None if config.weights_dir else tempfile.mkdtemp(prefix="agentgym-weights-")
         self.weights_dir = Path(config.weights_dir or self._tmp)
         self._version = 0
-        self._folder: Path | None = None
+        self._synced: StagedWeights | None = None
         """The newest synced weights (None: the servers' own, as started)."""
         self._pending: set[str] = set()
         """Folders staged (`stage_weights`) for a later sync: cleanup keeps them (and their
@@ -209,9 +209,9 @@ class VLLMServerPolicy:
                 restarted = self.restarts.restarted(url)
             except httpx.HTTPError as error:
                 raise ReplicaDown(f"GET {url}/server_info: {type(error).__name__}") from None
-            if restarted and self._folder is not None:
+            if restarted and self._synced is not None:
                 log.warning("vLLM replica %s restarted: it gets the current weights", url)
-                self._reload_checked(url, self._folder)
+                self._reload_checked(url, self._synced.folder)
                 self.restarts.noticed += 1
 
     async def _replica_up(self, session: Hashable | None, deadline: float) -> str:
@@ -275,9 +275,9 @@ class VLLMServerPolicy:
                     self._check_tokenizer([url])
                 except ReplicaDown:
                     healthy = False
-            if healthy and self._folder is not None:
+            if healthy and self._synced is not None:
                 try:  # back, perhaps restarted from the first weights: give it the current ones
-                    self._reload_checked(url, self._folder)
+                    self._reload_checked(url, self._synced.folder)
                 except ServerPolicyError:
                     healthy = False
             if healthy:
@@ -376,8 +376,23 @@ class VLLMServerPolicy:
             save_weights(model, folder)
         return StagedWeights(folder, expected, time.perf_counter() - start)
 
+    def synced_weights(self) -> StagedWeights | None:
+        """The staged weights the replicas hold now (the build's sync, then the newest).
+
+        Rollouts ahead of the learner start on these instead of staging the same
+        weights again: a second write and reload of the whole model at every start.
+        """
+        return self._synced
+
     def sync_staged(self, staged: StagedWeights) -> None:
-        """Every replica that answers reloads `staged` and is probed; older folders go."""
+        """Every replica that answers reloads `staged` and is probed; older folders go.
+
+        Weights the replicas already hold are not reloaded: rollouts on one version
+        each sync it, and an evaluation syncs the newest again. (A replica that
+        restarts since is reloaded at its next turn, not here.)
+        """
+        if self._synced is not None and staged.folder == self._synced.folder:
+            return
         start = time.perf_counter()
         folder = staged.folder
         synced = folder.with_name(folder.name + SYNCED)
@@ -397,7 +412,7 @@ class VLLMServerPolicy:
         else:
             self._await(synced)
             self._skip_unsynced(json.loads(synced.read_text()))
-        self._folder = folder
+        self._synced = staged
         self.sync_seconds.append(staged.seconds + time.perf_counter() - start)
 
     def _clean_up(self, current: Path) -> None:

@@ -275,13 +275,36 @@ def test_rollouts_ahead_on_replicas_copy_no_model(
 ):
     """With `trainer.max_staleness`, the learner stages each version when it pushes it and the
     replicas load it when a rollout starts on it: no copy of the model (it was a deep copy of
-    every weight, for samplers that hold their own), and every load is probed."""
+    every weight, for samplers that hold their own), and every load is probed. The starting
+    weights are written once, at the policy's build (they were staged a second time), and no
+    replica reloads weights it holds (each rollout on a version reloaded it)."""
+    import agentgym_policy_vllm.server as server
+
     import agentgym_core.run.sources as sources
 
     def copied(model):
         raise AssertionError("rollouts ahead on vllm_server replicas copied the learner's model")
 
+    writes, pushes, reloads = [], [], []
+    save_weights, push = server.save_weights, sources.AheadRollouts.push
+    reload = VLLMServerPolicy._reload_checked
+
+    def counted_reload(self, url, folder):
+        reloads.append((url, Path(folder).name))
+        reload(self, url, folder)
+
+    def counted_save(model, folder):
+        writes.append(folder.name)
+        save_weights(model, folder)
+
+    def counted_push(self, model, version):
+        pushes.append(version)
+        push(self, model, version)
+
     monkeypatch.setattr(sources, "rollout_copy", copied)
+    monkeypatch.setattr(server, "save_weights", counted_save)
+    monkeypatch.setattr(sources.AheadRollouts, "push", counted_push)
+    monkeypatch.setattr(VLLMServerPolicy, "_reload_checked", counted_reload)
     run = agentgym_train(
         {
             "run": {"name": "ahead", "seed": 0},
@@ -299,6 +322,9 @@ def test_rollouts_ahead_on_replicas_copy_no_model(
         }
     )
     assert [update["rollout/staleness"] for update in run.history] == [0.0, 1.0, 1.0, 1.0]
+    assert len(writes) == 1 + len(pushes), (writes, pushes)
+    # two rollouts play the starting weights: the replicas, which hold them, reload nothing
+    assert len(reloads) == len(set(reloads)), reloads
     # the versions staged after the last rollout started are deleted at close, not left behind
     left = [p.name for p in (tmp_path / "weights").iterdir() if p.is_dir()]
     assert len(left) == 1, left
