@@ -142,6 +142,23 @@ def test_a_skipped_update_moves_the_schedule_without_a_torch_warning(tiny_model,
     assert not [w for w in recwarn if "lr_scheduler.step()" in str(w.message)]
 
 
+def test_every_update_gives_back_the_memory_it_freed(tiny_model, monkeypatch):
+    """On a CPU an update's activations, freed, would stay in glibc's arenas (`heap`)."""
+    from agentgym_algo_grpo import GRPO, GRPOConfig
+
+    from agentgym_core.learner import learner as learner_module
+
+    calls = []
+    monkeypatch.setattr(learner_module, "release_freed_memory", lambda: calls.append(1))
+    rng = random.Random(4)
+    vocab = tiny_model[0].config.vocab_size
+    batch = TrajectoryBatch([_traj(rng, vocab, 12, reward=r) for r in (0.0, 1.0)])
+    algorithm = GRPO(GRPOConfig())
+    algorithm.advantages(batch)
+    Learner(_copy(tiny_model[0]), algorithm, LearnerSettings(lr=1e-3)).update(batch)
+    assert calls == [1]
+
+
 # -- reference log-probs, critics, warm-up --------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType
 
 from agentgym_core import distributed
+from agentgym_core.heap import release_freed_memory
 from agentgym_core.interfaces import Algorithm, CriticSpec, LossInputs
 from agentgym_core.learner import lora
 from agentgym_core.learner.critic import Critic, CriticTrainer, ValueHead, hidden_size
@@ -156,6 +157,8 @@ class Learner:
             result["critic_lr"] = self.critic.scheduler.get_last_lr()[0]
         self._step_schedules()
         self.refresh_replica()
+        if self.accelerator.device.type == "cpu":
+            release_freed_memory()  # the update's activations, else kept by glibc's arenas
         result["update_seconds"] = time.perf_counter() - start
         return result
 

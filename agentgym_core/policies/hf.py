@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import ctypes
 import dataclasses
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 import torch
 
+from agentgym_core.heap import release_freed_memory
 from agentgym_core.interfaces import SamplingParams
 from agentgym_core.policies.compiled_decode import CompiledDecode, next_token_logits
 from agentgym_core.policies.constraints import ActionConstraint
@@ -295,29 +295,6 @@ class HFPolicy:
                 self.model, self.config.max_batch_size, self.compile_backend
             )
         return self._compiled_decode
-
-
-def release_freed_memory() -> None:
-    """Give the heap's freed pages back to the system (glibc only; elsewhere nothing).
-
-    A turn's batch cache is hundreds of MB in tensors too small for glibc to map
-    on their own; freed, they stay in the generation thread's arena, which an
-    episode's growing context fragments: resident memory then climbed to several
-    times the live keys and values.
-    """
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _glibc() -> Any:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-
-
-_LIBC = _glibc()
 
 
 def generation_thread(threads: int) -> concurrent.futures.ThreadPoolExecutor:
