@@ -171,6 +171,23 @@ def test_micro_batching_does_not_change_the_update(tiny_model_dir, name, options
     assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b, strict=True))
 
 
+def test_an_offline_update_gives_back_the_memory_it_freed(tiny_model_dir, monkeypatch):
+    """Cloning's activations, freed, stayed in glibc's arenas (RSS 6.5 GB between updates of
+    SmolLM2, 0.9 GB once given back), as the online learner's did."""
+    from agentgym_core.learner import learner as learner_module
+
+    calls = []
+    monkeypatch.setattr(learner_module, "release_freed_memory", lambda: calls.append(1))
+    host = PluginHost()
+    registration = host.registry.get("algorithm", "sft")
+    algorithm = registration.factory(registration.config.model_validate({"files": ["x"]}))
+    example = (_seq(list(range(3, 23)), [0] * 4 + [1] * 16),)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    learner = Learner(model, algorithm, LearnerSettings(lr=1e-3))
+    sequence_update(learner, algorithm, [example], micro_batch_tokens=1000)
+    assert calls == [1]
+
+
 # -- real stages on BabyAI ---------------------------------------------------------------
 
 

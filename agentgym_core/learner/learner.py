@@ -156,9 +156,7 @@ class Learner:
             result["critic_warmup"] = float(critic_only)
             result["critic_lr"] = self.critic.scheduler.get_last_lr()[0]
         self._step_schedules()
-        self.refresh_replica()
-        if self.accelerator.device.type == "cpu":
-            release_freed_memory()  # the update's activations, else kept by glibc's arenas
+        self.finish_update()
         result["update_seconds"] = time.perf_counter() - start
         return result
 
@@ -351,6 +349,16 @@ class Learner:
         # sharded gradients need accelerate's norm over all shards; an infinite limit clips nothing
         limit = math.inf if limit is None else limit
         return float(self.accelerator.clip_grad_norm_(parameters, limit))
+
+    def finish_update(self) -> None:
+        """After an update's last optimizer step (online or offline).
+
+        The FSDP replica gets the new weights; on a CPU the update's freed
+        activations go back to the system, which glibc would otherwise keep (`heap`).
+        """
+        self.refresh_replica()
+        if self.accelerator.device.type == "cpu":
+            release_freed_memory()
 
     def refresh_replica(self) -> None:
         """Copy the sharded weights into the full replica (FSDP only; a collective)."""

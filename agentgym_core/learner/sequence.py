@@ -143,7 +143,7 @@ def sequence_update(
     sums["grad_norm"] = learner.apply_gradients()
     sums["lr"] = learner.scheduler.get_last_lr()[0]
     learner.scheduler.step()
-    learner.refresh_replica()
+    learner.finish_update()
     sums["tokens"] = total_tokens
     sums["update_seconds"] = time.perf_counter() - start
     return dict(sums)
