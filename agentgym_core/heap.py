@@ -1,10 +1,9 @@
 """Giving freed heap memory back to the system after the big allocations of a batch.
 
 PyTorch's CPU tensors come from malloc. glibc maps a block on its own only
-above a threshold that rises, after the first large frees, to 32 MB; below it,
-freed tensors stay in an arena, and resident memory climbs with every new peak
-size. A turn's batch cache and an update's activations are hundreds of such
-tensors.
+above a threshold that rises, after the first large frees, up to 32 MB; below
+it, freed tensors stay in an arena and still count as resident. A turn's batch
+cache and an update's activations are hundreds of such tensors.
 """
 
 from __future__ import annotations

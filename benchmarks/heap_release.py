@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.memory import peak_rss_mib, rss_mib  # noqa: E402
+
 CONFIG = Path(__file__).with_name("smollm2-sft-memory.yaml")
 ARMS = ("release", "kept")
-
-
-def resident_mib() -> float:
-    """This process's resident size now."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096 / 2**20
 
 
 def run_arm(arm: str, updates: int, micro_batch_tokens: int) -> dict:
@@ -49,7 +47,7 @@ def run_arm(arm: str, updates: int, micro_batch_tokens: int) -> dict:
     class Reader:
         @hookimpl
         def agentgym_after_update(self, step: int, metrics: dict) -> None:
-            after_update.append(round(resident_mib()))
+            after_update.append(round(rss_mib()))
 
     host = PluginHost(extra_plugins={"heap-release-reader": Reader()})
     with tempfile.TemporaryDirectory() as out:
@@ -61,8 +59,7 @@ def run_arm(arm: str, updates: int, micro_batch_tokens: int) -> dict:
             f"algorithm.expert.episodes={max(16, 4 * updates)}",
         ]
         run_stage(load_config(CONFIG, overrides, host.registry), host, show_progress=False)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"arm": arm, "after_update_mib": after_update, "peak_mib": round(peak)}
+    return {"arm": arm, "after_update_mib": after_update, "peak_mib": round(peak_rss_mib())}
 
 
 def main() -> None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -43,21 +42,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentgym_core import hookimpl
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agentgym_core import hookimpl  # noqa: E402
+from benchmarks.memory import peak_rss_mib, rss_mib  # noqa: E402
 
 LEVELS = ["GoToObj", "GoToLocal"]
 COMMON = {"lr": 1e-5, "max_new_tokens": 16, "temperature": 1.0, "seed": 0}
-
-
-def rss_mib() -> float:
-    """Resident memory of this process now."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
-
-
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def make_model(folder: Path) -> None:

@@ -172,8 +172,8 @@ def test_micro_batching_does_not_change_the_update(tiny_model_dir, name, options
 
 
 def test_an_offline_update_gives_back_the_memory_it_freed(tiny_model_dir, monkeypatch):
-    """Cloning's activations, freed, stayed in glibc's arenas (RSS 6.5 GB between updates of
-    SmolLM2, 0.9 GB once given back), as the online learner's did."""
+    """Cloning's activations, freed, stayed in glibc's arenas (`benchmarks/heap_release.py`:
+    about 3 GB resident between SmolLM2's cloning updates, 1 GB once given back)."""
     from agentgym_core.learner import learner as learner_module
 
     calls = []
