@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,22 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.memory import peak_rss_mib, rss_mib  # noqa: E402
+
 CONFIG = ROOT / "configs" / "babyai-demo.yaml"
 LORA = {"r": 16, "alpha": 32}
 LORA_LR_FACTOR = 10.0
-
-
-def rss_mib() -> float:
-    """Peak resident memory of this process so far, MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def current_rss_mib() -> float:
-    """Resident memory of this process now, MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def build(out: Path, hidden: int, layers: int) -> Path:
@@ -134,7 +122,7 @@ def one_memory_run(model: Path, arm: str, updates: int) -> dict:
 
     kind, _, dtype = arm.partition(":")
     torch.manual_seed(0)
-    baseline = current_rss_mib()
+    baseline = rss_mib()
     block = ModelConfig(
         path=str(model),
         dtype="bfloat16" if dtype == "bf16" else "float32",
@@ -168,7 +156,7 @@ def one_memory_run(model: Path, arm: str, updates: int) -> dict:
         "trainable": sum(p.numel() for p in trainable),
         "kept_mib": sum(kept.values()) / 2**20,
         "kept": {k: v / 2**20 for k, v in kept.items()},
-        "peak_mib": rss_mib() - baseline,
+        "peak_mib": peak_rss_mib() - baseline,
         "saved_mib": saved_by_autograd(learner.unwrapped, batch),
         "seconds": statistics.median(seconds[1:]),
     }

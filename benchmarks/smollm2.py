@@ -50,6 +50,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.memory import peak_rss_mib, rss_mib  # noqa: E402
+
 UPDATE_ARMS = ["full", "full:bf16", "lora", "lora:bf16", "lora-top15:bf16", "full:all-logits"]
 GENERATE_ARMS = ["hf-before", "hf", "hf:bf16", "vllm", "vllm:bf16"]
 EPISODES = 16
@@ -238,7 +240,6 @@ def prefill(args: argparse.Namespace) -> None:
 def long_turns(args: argparse.Namespace, sessions: int = 32, context: int = 2_000) -> None:
     """Turns of `sessions` episodes at `context` tokens: where a turn's time and memory go."""
     import asyncio
-    import resource
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -258,10 +259,6 @@ def long_turns(args: argparse.Namespace, sessions: int = 32, context: int = 2_00
     ]
     params = SamplingParams(max_new_tokens=16, temperature=1.0)
 
-    def resident_mib() -> int:
-        status = Path("/proc/self/status").read_text()
-        return int(status.split("VmRSS:")[1].split()[0]) // 1024
-
     async def turns() -> None:
         nonlocal prompts
         print("| turn | context | seconds | prefill | decode | kv_cache | RSS MiB |")
@@ -275,14 +272,14 @@ def long_turns(args: argparse.Namespace, sessions: int = 32, context: int = 2_00
             took, parts = time.perf_counter() - start, policy.seconds
             print(
                 f"| {turn} | {len(prompts[0])} | {took:.1f} | {parts['prefill']:.1f} | "
-                f"{parts['decode']:.1f} | {parts['kv_cache']:.1f} | {resident_mib()} |"
+                f"{parts['decode']:.1f} | {parts['kv_cache']:.1f} | {rss_mib():.0f} |"
             )
             tails = [torch.randint(100, 40_000, (100,), generator=draw).tolist() for _ in outs]
             prompts = [p + o.token_ids + t for p, o, t in zip(prompts, outs, tails, strict=True)]
 
     asyncio.run(turns())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    print(f"\n{sessions} sessions, first prompts of {context} tokens; peak RSS {peak} MiB")
+    peak = peak_rss_mib()
+    print(f"\n{sessions} sessions, first prompts of {context} tokens; peak RSS {peak:.0f} MiB")
 
 
 def main(argv: list[str] | None = None) -> None:
