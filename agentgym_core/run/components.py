@@ -16,6 +16,7 @@ from agentgym_core.interfaces import CriticSpec, Environment, HorizonScheduler, 
 from agentgym_core.learner import lora
 from agentgym_core.learner.critic import Critic, build_critic
 from agentgym_core.modeling.attention import prefer_sdpa_gqa
+from agentgym_core.modeling.cpu_bf16 import compute_bf16_linears_in_float32
 from agentgym_core.modeling.text_config import text_config
 from agentgym_core.rollout import contract
 from agentgym_core.rollout.chat import set_chat_template_kwargs
@@ -63,6 +64,7 @@ def load_model(
     # broadcast below: NCCL broadcasts GPU tensors
     model = model.to(distributed.device())
     distributed.share_main_weights(model)  # FSDP's rank-0 loading left zeros elsewhere
+    compute_bf16_linears_in_float32(model)  # a CPU without bfloat16 instructions emulates them
     return model, tokenizer
 
 
