@@ -1,0 +1,103 @@
+"""SmolLM2-135M in bfloat16 on the CPU: PyTorch's bfloat16 products against float32 kernels.
+
+On a CPU without bfloat16 instructions (no avx512_bf16 or AMX: see the `flags`
+line printed first), PyTorch emulates bfloat16 matrix products.
+`agentgym_core/modeling/cpu_bf16.py` then runs bfloat16 linear layers through
+float32 kernels. The arms, interleaved within each repeat in one process:
+
+- `float32`: the model in float32;
+- `bf16`: bfloat16 weights, PyTorch's bfloat16 products;
+- `bf16:f32-kernels`: bfloat16 weights, linear layers through float32 kernels.
+
+The work: a decode step (32 rows of one new token, no cache), a prefill (4 rows
+of 512 tokens) and a LoRA training step (rank 16 on every linear layer, forward
+and backward over 2 rows of 512 tokens). Seconds are the best of `--repeats`.
+
+    .venv/bin/python benchmarks/cpu_bf16.py --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build the arms and time each piece of work, arms interleaved."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from agentgym_core.modeling.attention import prefer_sdpa_gqa
+    from agentgym_core.modeling.cpu_bf16 import compute_bf16_linears_in_float32, has_native_bf16
+    from agentgym_core.modeling.fetch import fetch
+
+    folder = fetch("smollm2-135m-instruct", log=None)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"native bfloat16: {has_native_bf16()}"
+    )
+
+    def load(dtype: torch.dtype, swap: bool):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        prefer_sdpa_gqa(model)
+        compute_bf16_linears_in_float32(model, emulated=swap)
+        return model
+
+    models = {
+        "float32": load(torch.float32, False),
+        "bf16": load(torch.bfloat16, False),
+        "bf16:f32-kernels": load(torch.bfloat16, True),
+    }
+    lora = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear")
+    trained = {name: get_peft_model(copy.deepcopy(m), lora) for name, m in models.items()}
+    draw = torch.Generator().manual_seed(0)
+    decode = torch.randint(100, 40_000, (32, 1), generator=draw)
+    prefill = torch.randint(100, 40_000, (4, 512), generator=draw)
+    train = torch.randint(100, 40_000, (2, 512), generator=draw)
+
+    def forward(model, ids) -> None:
+        with torch.no_grad():
+            model(input_ids=ids, logits_to_keep=1)
+
+    def update(model) -> None:
+        model.zero_grad(set_to_none=True)
+        model(input_ids=train, labels=train).loss.backward()
+
+    work = {
+        "decode step, 32 rows": lambda name: forward(models[name], decode),
+        "prefill, 4 x 512 tokens": lambda name: forward(models[name], prefill),
+        "LoRA forward+backward, 2 x 512": lambda name: update(trained[name]),
+    }
+    best = {(w, n): float("inf") for w in work for n in models}
+    for name in models:  # one untimed round: first-call allocations
+        for run in work.values():
+            run(name)
+    for _ in range(args.repeats):
+        for label, run in work.items():
+            for name in models:
+                start = time.perf_counter()
+                run(name)
+                best[label, name] = min(best[label, name], time.perf_counter() - start)
+    print(f"\nbest of {args.repeats}, seconds (speed vs bf16)\n")
+    print("| work | " + " | ".join(models) + " |")
+    print("| --- | " + " | ".join("---" for _ in models) + " |")
+    for label in work:
+        cells = [
+            f"{best[label, n]:.3f} ({best[label, 'bf16'] / best[label, n]:.2f}x)" for n in models
+        ]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
