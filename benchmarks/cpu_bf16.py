@@ -5,11 +5,12 @@ line printed first), PyTorch emulates bfloat16 matrix products.
 `agentgym_core/modeling/cpu_bf16.py` then runs bfloat16 linear layers through
 float32 kernels. The arms, interleaved within each repeat in one process:
 
-- `float32`: the model in float32;
 - `bf16`: bfloat16 weights, PyTorch's bfloat16 products;
+- `float32`: the model in float32;
 - `bf16:f32-kernels`: bfloat16 weights, linear layers through float32 kernels.
 
-The work: a decode step (32 rows of one new token, no cache), a prefill (4 rows
+`--arms` takes a subset, in the order the table shows them (speeds are against
+the first). The work: a decode step (32 rows of one new token, no cache), a prefill (4 rows
 of 512 tokens) and a LoRA training step (rank 16 on every linear layer, forward
 and backward over 2 rows of 512 tokens). Seconds are the best of `--repeats`.
 
@@ -28,10 +29,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+ARMS = {
+    "bf16": ("bfloat16", False),
+    "float32": ("float32", False),
+    "bf16:f32-kernels": ("bfloat16", True),
+}
+"""Each arm's weights dtype and whether its bfloat16 linear layers use float32 kernels."""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Build the arms and time each piece of work, arms interleaved."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = parser.parse_args(argv)
 
     import torch
@@ -48,17 +58,13 @@ def main(argv: list[str] | None = None) -> None:
         f"native bfloat16: {has_native_bf16()}"
     )
 
-    def load(dtype: torch.dtype, swap: bool):
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    def load(dtype: str, swap: bool):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
         prefer_sdpa_gqa(model)
         compute_bf16_linears_in_float32(model, emulated=swap)
         return model
 
-    models = {
-        "float32": load(torch.float32, False),
-        "bf16": load(torch.bfloat16, False),
-        "bf16:f32-kernels": load(torch.bfloat16, True),
-    }
+    models = {name: load(*ARMS[name]) for name in args.arms}
     lora = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear")
     trained = {name: get_peft_model(copy.deepcopy(m), lora) for name, m in models.items()}
     draw = torch.Generator().manual_seed(0)
@@ -89,12 +95,13 @@ def main(argv: list[str] | None = None) -> None:
                 start = time.perf_counter()
                 run(name)
                 best[label, name] = min(best[label, name], time.perf_counter() - start)
-    print(f"\nbest of {args.repeats}, seconds (speed vs bf16)\n")
+    first = args.arms[0]
+    print(f"\nbest of {args.repeats}, seconds (speed vs {first})\n")
     print("| work | " + " | ".join(models) + " |")
     print("| --- | " + " | ".join("---" for _ in models) + " |")
     for label in work:
         cells = [
-            f"{best[label, n]:.3f} ({best[label, 'bf16'] / best[label, n]:.2f}x)" for n in models
+            f"{best[label, n]:.3f} ({best[label, first] / best[label, n]:.2f}x)" for n in models
         ]
         print(f"| {label} | " + " | ".join(cells) + " |")
 

@@ -72,3 +72,39 @@ def test_gradients_are_sdpas():
         model(input_ids=ids, attention_mask=mask).logits[mask.bool()].logsumexp(-1).sum().backward()
     for (name, p), q in zip(plain.named_parameters(), grouped.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("emulated", [False, True])
+def test_bf16_training_attention_on_a_cpu_that_emulates_bf16_runs_in_float32(monkeypatch, emulated):
+    """Where bfloat16 is emulated, a training pass's attention runs on float32 copies (a
+    sampling pass's does not: its forward is as fast either way); the output and the input
+    gradients stay bfloat16, within bfloat16's rounding of the exact ones."""
+    import agentgym_core.modeling.attention as attention
+
+    kernel, seen = torch.nn.functional.scaled_dot_product_attention, []
+
+    def spy(query, *args, **kwargs):
+        seen.append(query.dtype)
+        return kernel(query, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "bf16_is_emulated", lambda: emulated)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    shapes = [(2, 6, 40, 16), (2, 2, 40, 16), (2, 2, 40, 16)]  # 3 query heads per group
+    low = [torch.randn(s).to(torch.bfloat16).requires_grad_() for s in shapes]
+    exact = [t.detach().double().requires_grad_() for t in low]  # the same values, in float64
+    module = torch.nn.Module()
+    module.is_causal = True
+    with torch.no_grad():
+        attention.sdpa_gqa_forward(module, *low, attention_mask=None)
+    out_low, _ = attention.sdpa_gqa_forward(module, *low, attention_mask=None)
+    assert seen == [torch.bfloat16, torch.float32 if emulated else torch.bfloat16]
+    out_exact, _ = attention.sdpa_gqa_forward(module, *exact, attention_mask=None)
+    grad = torch.randn(out_exact.shape, dtype=torch.float64)
+    out_low.backward(grad.to(torch.bfloat16))
+    out_exact.backward(grad)
+    assert out_low.dtype == torch.bfloat16
+    for mine, true in zip(low, exact, strict=True):
+        assert mine.grad.dtype == torch.bfloat16
+        error = (mine.grad.double() - true.grad).abs().mean() / true.grad.abs().mean()
+        assert float(error) < 0.01  # bfloat16's rounding of the output's gradient and the inputs'

@@ -13,7 +13,10 @@ token copied the whole cache three times over on SmolLM2.
 - for a decoded token (one query), as two batched matrix products over each
   key/value head's group of query heads: PyTorch's CPU flash kernel is slow
   for a single query, in bfloat16 eight times slower than this.
-On other devices it is transformers' `sdpa`, unchanged (a CUDA kernel given a
+For a batch that trains in bfloat16 on a CPU without bfloat16 instructions it
+runs the kernel on float32 copies (`modeling/cpu_bf16.py` says why): the
+backward pass's emulated bfloat16 products were most of a LoRA update's extra
+time. On other devices it is transformers' `sdpa`, unchanged (a CUDA kernel given a
 mask and `enable_gqa` falls back to its slowest path).
 """
 
@@ -22,6 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from agentgym_core.modeling.cpu_bf16 import bf16_is_emulated
 
 NAME = "sdpa_gqa"
 """The `attn_implementation` name it is registered under."""
@@ -50,6 +55,11 @@ def sdpa_gqa_forward(
         return _one_query(query, key, value, attention_mask, scale), None
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal and attention_mask is None and query.shape[2] > 1)
+    low = query.dtype
+    if low == torch.bfloat16 and torch.is_grad_enabled() and bf16_is_emulated():
+        # the backward pass's bfloat16 products are emulated on this CPU (5x slower than
+        # float32's at 2,048 tokens); the forward pass is as fast either way
+        query, key, value = query.float(), key.float(), value.float()
     out = torch.nn.functional.scaled_dot_product_attention(
         query,
         key,
@@ -60,7 +70,7 @@ def sdpa_gqa_forward(
         is_causal=causal,
         enable_gqa=key.shape[1] != query.shape[1],
     )
-    return out.transpose(1, 2).contiguous(), None
+    return out.to(low).transpose(1, 2).contiguous(), None
 
 
 def _one_query(
