@@ -646,3 +646,14 @@ def test_t_intervals_hold_for_any_number_of_seeds_and_no_verdict_under_three():
     assert _difference([0.5, 0.6]).endswith("2 seeds, no verdict")
     assert _difference([0.5, 0.6, 0.55]).endswith(": shown")
     assert _difference([0.5, -0.6, 0.05]).endswith("no difference shown")
+
+
+def test_a_runs_machine_names_its_cpu_and_whether_it_has_bf16_instructions():
+    """Times depend on it: without bfloat16 instructions a bfloat16 model runs slower."""
+    from agentgym_core.modeling.cpu_bf16 import has_native_bf16
+    from benchmarks.harness.runner import machine
+
+    facts = machine()
+    assert facts["native_bf16"] is has_native_bf16()
+    assert isinstance(facts["cpu_model"], str) and facts["cpu_model"]
+    assert facts["cpus"] >= 1 and facts["commit"]

@@ -275,16 +275,33 @@ def explorations(run_dir: Path) -> list[dict[str, float]]:
 
 
 def machine() -> dict[str, Any]:
-    """The conditions of a run: CPUs, load when it started, versions."""
+    """The conditions of a run: CPUs (their model, and whether they multiply bfloat16 in
+    hardware: without, bfloat16 runs are several times slower), load when it started,
+    versions."""
+    from agentgym_core.modeling.cpu_bf16 import has_native_bf16
+
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     return {
         "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "native_bf16": has_native_bf16(),
         "load_at_start": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "commit": commit,
     }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux), or the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def start_model(
