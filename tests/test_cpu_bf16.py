@@ -118,6 +118,16 @@ def test_autocast_and_float32_inputs_take_nn_linears_own_path():
     assert layer._wide is None
 
 
+def test_a_compiled_graph_takes_nn_linears_own_path():
+    """Under torch.compile the layer keeps no float32 copy: a graph holds no state."""
+    layer = _layer()
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), nn.functional.linear(x, layer.weight, layer.bias))
+    assert layer._wide is None
+
+
 def test_lora_wraps_a_swapped_layer_and_trains_its_adapter():
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)

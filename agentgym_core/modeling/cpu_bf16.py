@@ -103,6 +103,7 @@ class Float32KernelLinear(nn.Linear):
             or self.weight.dtype != torch.bfloat16
             or x.device.type != "cpu"
             or torch.is_autocast_enabled("cpu")
+            or torch.compiler.is_compiling()  # a compiled graph keeps no state between calls
         ):
             return super().forward(x)
         return _Float32Product.apply(x, self.weight, self.bias, self._wide_weight())
