@@ -57,8 +57,9 @@ def sdpa_gqa_forward(
     causal = bool(causal and attention_mask is None and query.shape[2] > 1)
     low = query.dtype
     if low == torch.bfloat16 and torch.is_grad_enabled() and bf16_is_emulated():
-        # the backward pass's bfloat16 products are emulated on this CPU (5x slower than
-        # float32's at 2,048 tokens); the forward pass is as fast either way
+        # the backward pass's bfloat16 products are emulated on this CPU (a LoRA update of
+        # SmolLM2 went from 0.61x to 0.93x float32's speed: benchmarks/cpu_bf16.py); the
+        # forward pass, as fast either way in a probe, is left as it was when sampling
         query, key, value = query.float(), key.float(), value.float()
     out = torch.nn.functional.scaled_dot_product_attention(
         query,

@@ -2,11 +2,11 @@
 
 An x86 CPU without avx512_bf16 or AMX (an AMD EPYC before Zen 4, most laptops)
 has no bfloat16 dot product, and PyTorch's bfloat16 matrix products there are
-emulated: about 9x slower than float32 at every size on a 2-core AMD EPYC
-(`benchmarks/cpu_bf16.py`). A bfloat16 product is the products of bfloat16
-numbers summed in float32 and rounded to bfloat16 once; converting both operands
-to float32 and running the float32 kernel computes the same numbers (up to the
-order of the sum, which differs between kernels anyway). So `model.dtype:
+emulated: on a 2-core AMD EPYC, SmolLM2 ran 3x (a decode step) to 26x (a LoRA
+update) slower in bfloat16 than in float32 (`benchmarks/cpu_bf16.py`). A
+bfloat16 product is the products of bfloat16 numbers summed in float32 and
+rounded to bfloat16 once; converting both operands to float32 and running the
+float32 kernel computes the same numbers (up to the order of the sum, which differs between kernels anyway). So `model.dtype:
 bfloat16` keeps its meaning (bfloat16 weights and activations, the same memory)
 at nearly float32's speed.
 
@@ -85,7 +85,7 @@ class Float32KernelLinear(nn.Linear):
     """An `nn.Linear` whose bfloat16 products on the CPU run through float32 kernels.
 
     The weight's float32 copy is kept between calls (converting 135M weights at every
-    decoded token took a third of the step) and made again when the weight changes:
+    decoded token took about a third of the step in a profile) and made again when the weight changes:
     its version (an optimizer step, `copy_`), its storage, or any of `SAMPLED`
     evenly spaced values (a write through `.data`, as PEFT's merge does, leaves the
     version as it was). A forward pass that trains the weight converts it afresh: its
