@@ -6,8 +6,8 @@ emulated: on a 2-core AMD EPYC, SmolLM2 ran 3x (a decode step) to 26x (a LoRA
 update) slower in bfloat16 than in float32 (`benchmarks/cpu_bf16.py`). A
 bfloat16 product is the products of bfloat16 numbers summed in float32 and
 rounded to bfloat16 once; converting both operands to float32 and running the
-float32 kernel computes the same numbers (up to the order of the sum, which differs between kernels anyway). So `model.dtype:
-bfloat16` keeps its meaning (bfloat16 weights and activations, the same memory)
+float32 kernel computes the same numbers (up to the order of the sum, which
+differs between kernels anyway). So `model.dtype: bfloat16` keeps its meaning (bfloat16 weights and activations, the same memory)
 at nearly float32's speed.
 
 `compute_bf16_linears_in_float32` swaps the class of each bfloat16 `nn.Linear`
@@ -85,8 +85,8 @@ class Float32KernelLinear(nn.Linear):
     """An `nn.Linear` whose bfloat16 products on the CPU run through float32 kernels.
 
     The weight's float32 copy is kept between calls (converting 135M weights at every
-    decoded token took about a third of the step in a profile) and made again when the weight changes:
-    its version (an optimizer step, `copy_`), its storage, or any of `SAMPLED`
+    decoded token took about a third of the step in a profile) and made again when the
+    weight changes: its version (an optimizer step, `copy_`), its storage, or any of `SAMPLED`
     evenly spaced values (a write through `.data`, as PEFT's merge does, leaves the
     version as it was). A forward pass that trains the weight converts it afresh: its
     products are large beside the conversion.
