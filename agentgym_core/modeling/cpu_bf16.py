@@ -7,8 +7,8 @@ update) slower in bfloat16 than in float32 (`benchmarks/cpu_bf16.py`). A
 bfloat16 product is the products of bfloat16 numbers summed in float32 and
 rounded to bfloat16 once; converting both operands to float32 and running the
 float32 kernel computes the same numbers (up to the order of the sum, which
-differs between kernels anyway). So `model.dtype: bfloat16` keeps its meaning (bfloat16 weights and activations, the same memory)
-at nearly float32's speed.
+differs between kernels anyway). So `model.dtype: bfloat16` keeps its meaning
+(bfloat16 weights and activations, the same memory) at nearly float32's speed.
 
 `compute_bf16_linears_in_float32` swaps the class of each bfloat16 `nn.Linear`
 on such a CPU; the weights, their names and the state dict stay as they are, and
