@@ -28,11 +28,15 @@ tokens, float32 and bfloat16, transformers' `sdpa` and agentgym's `sdpa_gqa`.
 
     .venv/bin/python benchmarks/smollm2.py --prefill --repeats 3
 
-Long turns (`--long-turns`): the `hf` policy in bfloat16 on 32 sessions whose
-first prompts are 2,000 random tokens, then 3 turns of 100 new tokens each and
-16 sampled; per turn its time by part (the policy's timers) and resident memory.
+Long turns (`--long-turns`): the `hf` policy on SmolLM2 in bfloat16, loaded as
+a run loads it, on 32 sessions whose first prompts are 2,000 random tokens,
+then turns of 100 new tokens each and 16 sampled; per turn its time by part
+(the policy's timers) and peak resident memory. Arms: the policy's
+`kv_cache_dtype`, `model` (the cache in bfloat16) and `auto` (float32 where the
+CPU emulates bfloat16, else the same as `model`), each in a fresh process,
+interleaved per repeat.
 
-    .venv/bin/python benchmarks/smollm2.py --long-turns --turns 3
+    .venv/bin/python benchmarks/smollm2.py --long-turns --turns 3 --repeats 2
 
 All take the model from `agentgym model fetch smollm2-135m-instruct` (the cache).
 """
@@ -50,10 +54,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.memory import peak_rss_mib, rss_mib  # noqa: E402
+from benchmarks.memory import peak_rss_mib  # noqa: E402
 
 UPDATE_ARMS = ["full", "full:bf16", "lora", "lora:bf16", "lora-top15:bf16", "full:all-logits"]
 GENERATE_ARMS = ["hf-before", "hf", "hf:bf16", "vllm", "vllm:bf16"]
+LONG_TURN_ARMS = ["model", "auto"]
+LONG_TURN_COLUMNS = ["seconds", "prefill", "decode", "kv_cache"]
+SESSIONS = 32
+CONTEXT = 2_000
 EPISODES = 16
 NEW_TOKENS = 16
 
@@ -237,49 +245,80 @@ def prefill(args: argparse.Namespace) -> None:
 # -- long turns -------------------------------------------------------------------------------
 
 
-def long_turns(args: argparse.Namespace, sessions: int = 32, context: int = 2_000) -> None:
-    """Turns of `sessions` episodes at `context` tokens: where a turn's time and memory go."""
+def long_turns(args: argparse.Namespace) -> None:
+    """Each arm in a fresh process, interleaved per repeat; per turn, medians over repeats."""
+    runs: dict[str, list[list[dict]]] = {arm: [] for arm in args.arms or LONG_TURN_ARMS}
+    for _ in range(args.repeats):
+        for arm in runs:
+            command = [sys.executable, __file__, "--one-long", arm, "--turns", str(args.turns)]
+            out = subprocess.run(command, check=True, capture_output=True, text=True)
+            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(
+        f"\n{SESSIONS} sessions, first prompts of {CONTEXT} tokens, then turns of 100 new "
+        f"tokens and {NEW_TOKENS} sampled; seconds by the policy's timers, medians of "
+        f"{args.repeats}\n"
+    )
+    print("| arm | turn | context | seconds | prefill | decode | kv_cache | peak RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for arm, results in runs.items():
+        for turn in range(args.turns):
+            rows = [r[turn] for r in results]
+            cells = [statistics.median(r[key] for r in rows) for key in LONG_TURN_COLUMNS]
+            figures = " | ".join(f"{value:.1f}" for value in cells)
+            print(f"| {arm} | {turn} | {rows[0]['context']} | {figures} | {rows[0]['peak']:.0f} |")
+    first, *others = runs
+    later = {arm: [sum(t["seconds"] for t in r[1:]) for r in runs[arm]] for arm in runs}
+    for arm in others:
+        ratio = statistics.median(later[first]) / statistics.median(later[arm])
+        print(f"\nturns 1-{args.turns - 1}: {arm} {ratio:.2f}x the speed of {first}")
+
+
+def one_long_run(arm: str, turns: int) -> list[dict]:
+    """`turns` turns of the `hf` policy with `kv_cache_dtype: arm` on SmolLM2 in bfloat16.
+
+    The model loaded as a run loads it (`load_model`: `sdpa_gqa`, and float32 kernels
+    where the CPU emulates bfloat16).
+    """
     import asyncio
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentgym_core.interfaces import SamplingParams
-    from agentgym_core.modeling.attention import prefer_sdpa_gqa
     from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+    from agentgym_core.run.components import load_model
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir(), dtype=torch.bfloat16)
-    prefer_sdpa_gqa(model)
-    policy = HFPolicy(
-        HFPolicyConfig(), model=model, tokenizer=AutoTokenizer.from_pretrained(model_dir())
-    )
+    model, tokenizer = load_model(model_dir(), "bfloat16")
+    policy = HFPolicy(HFPolicyConfig(kv_cache_dtype=arm), model=model, tokenizer=tokenizer)
     draw = torch.Generator().manual_seed(0)
     prompts = [
-        torch.randint(100, 40_000, (context,), generator=draw).tolist() for _ in range(sessions)
+        torch.randint(100, 40_000, (CONTEXT,), generator=draw).tolist() for _ in range(SESSIONS)
     ]
-    params = SamplingParams(max_new_tokens=16, temperature=1.0)
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0)
+    rows: list[dict] = []
 
-    async def turns() -> None:
+    async def play() -> None:
         nonlocal prompts
-        print("| turn | context | seconds | prefill | decode | kv_cache | RSS MiB |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
-        for turn in range(args.turns):
+        for _ in range(turns):
             policy.seconds.clear()
             start = time.perf_counter()
             outs = await asyncio.gather(
                 *(policy.generate(p, params, session=i) for i, p in enumerate(prompts))
             )
-            took, parts = time.perf_counter() - start, policy.seconds
-            print(
-                f"| {turn} | {len(prompts[0])} | {took:.1f} | {parts['prefill']:.1f} | "
-                f"{parts['decode']:.1f} | {parts['kv_cache']:.1f} | {rss_mib():.0f} |"
+            parts = policy.seconds
+            rows.append(
+                {
+                    "context": len(prompts[0]),
+                    "seconds": time.perf_counter() - start,
+                    **{part: parts[part] for part in LONG_TURN_COLUMNS[1:]},
+                    "peak": peak_rss_mib(),
+                }
             )
             tails = [torch.randint(100, 40_000, (100,), generator=draw).tolist() for _ in outs]
             prompts = [p + o.token_ids + t for p, o, t in zip(prompts, outs, tails, strict=True)]
 
-    asyncio.run(turns())
-    peak = peak_rss_mib()
-    print(f"\n{sessions} sessions, first prompts of {context} tokens; peak RSS {peak:.0f} MiB")
+    asyncio.run(play())
+    policy.close()
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -295,11 +334,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--updates", type=int, default=2, help=argparse.SUPPRESS)
     parser.add_argument("--one-update", help=argparse.SUPPRESS)
     parser.add_argument("--one-play", help=argparse.SUPPRESS)
+    parser.add_argument("--one-long", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_update:
         print(json.dumps(one_update_run(args.one_update, args.updates)))
     elif args.one_play:
         print(json.dumps(play(args.one_play, args.turns)))
+    elif args.one_long:
+        print(json.dumps(one_long_run(args.one_long, args.turns)))
     elif args.update:
         updates(args)
     elif args.generate:

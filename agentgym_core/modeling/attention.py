@@ -13,8 +13,10 @@ token copied the whole cache three times over on SmolLM2.
 - for a decoded token (one query), as two batched matrix products over each
   key/value head's group of query heads: PyTorch's CPU flash kernel is slow
   for a single query, in bfloat16 eight times slower than this.
-For a batch that trains in bfloat16 on a CPU without bfloat16 instructions it
-runs the kernel on float32 copies (`modeling/cpu_bf16.py` says why): the
+Given a cache wider than the queries (`cache_dtype`: float32 for a bfloat16
+model on a CPU without bfloat16 instructions) it attends in the cache's dtype.
+For a batch that trains in bfloat16 on such a CPU it runs the kernel on float32
+copies (`modeling/cpu_bf16.py` says why): the
 backward pass's emulated bfloat16 products were most of a LoRA update's extra
 time. On other devices it is transformers' `sdpa`, unchanged (a CUDA kernel given a
 mask and `enable_gqa` falls back to its slowest path).
@@ -51,11 +53,13 @@ def sdpa_gqa_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    low = query.dtype
+    if key.dtype != low:  # a cache wider than the model (`cache_dtype`): attend in its dtype
+        query = query.to(key.dtype)
     if query.shape[2] == 1 and dropout == 0.0:
-        return _one_query(query, key, value, attention_mask, scale), None
+        return _one_query(query, key, value, attention_mask, scale).to(low), None
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal and attention_mask is None and query.shape[2] > 1)
-    low = query.dtype
     if low == torch.bfloat16 and torch.is_grad_enabled() and bf16_is_emulated():
         # the backward pass's bfloat16 products are emulated on this CPU (a LoRA update of
         # SmolLM2 went from 0.61x to 0.93x float32's speed: benchmarks/cpu_bf16.py); the
@@ -98,6 +102,24 @@ def _one_query(
     weights = torch.softmax(scores, dim=-1).to(value.dtype)
     out = torch.matmul(weights, value)  # [rows, groups, heads per group, dim]
     return out.reshape(rows, 1, heads, dim)
+
+
+def cache_dtype(model: Any) -> torch.dtype | None:
+    """The dtype to keep `model`'s KV cache in when sampling; None: its keys' own.
+
+    float32 for a bfloat16 model that attends with `sdpa_gqa` on a CPU without
+    bfloat16 instructions: there a decoded token's products with a bfloat16 cache
+    are emulated (SmolLM2, 32 rows, 2,500 cached tokens: 4x slower than over float32),
+    and converting the cache at each step costs more than it saves. The keys are the
+    model's bfloat16 values, held exactly; the cache takes twice the memory.
+    """
+    weight = next(model.parameters(), None)
+    config = getattr(model, "config", None)
+    if weight is None or getattr(config, "_attn_implementation", None) != NAME:
+        return None
+    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+        return None
+    return torch.float32 if bf16_is_emulated() else None
 
 
 def register() -> str:

@@ -16,6 +16,12 @@ runs out it doubles (one copy). The prefix cache assembles a
 batch's cached keys straight into such buffers (`GrowingLayer.zeros`), with room
 for the new tail and the turn's tokens, so a turn copies its cache once;
 `growing` does the same for a cache that was made some other way.
+
+The buffers may be wider than the model's keys (`dtype`): on a CPU without
+bfloat16 instructions a bfloat16 model's cache is kept in float32
+(`cpu_bf16.float32_kv_cache`), each new token's keys converted once as written,
+because there a decoded token's attention over a bfloat16 cache is emulated:
+4x slower than over float32 at 2,500 tokens.
 """
 
 from __future__ import annotations
@@ -29,12 +35,16 @@ from transformers.cache_utils import Cache, DynamicLayer
 class GrowingLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values are views of buffers with room to grow."""
 
-    def __init__(self, reserve: int = 0, whole: bool = False) -> None:
+    def __init__(
+        self, reserve: int = 0, whole: bool = False, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.reserve = reserve
         """Room made beyond the tokens of an empty layer's first update."""
         self.whole = whole
         """Attend over the whole buffer: the caller's mask covers the room (module docstring)."""
+        self.buffer_dtype = dtype
+        """The buffers' dtype; None: the keys' own (module docstring)."""
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
 
@@ -47,17 +57,18 @@ class GrowingLayer(DynamicLayer):
         filled: int,
         room: int,
         whole: bool = False,
+        dtype: torch.dtype | None = None,
     ) -> GrowingLayer:
         """`rows` rows of `filled` zero tokens with `room` free, to be written in place.
 
-        Shaped like `keys` and `values` ([heads, tokens, dim]).
+        Shaped like `keys` and `values` ([heads, tokens, dim]), of `dtype` or theirs.
         """
-        layer = cls(whole=whole)
+        layer = cls(whole=whole, dtype=dtype)
         layer.lazy_initialization(keys, values)
         heads, _, dim = keys.shape
-        layer._key_buffer = keys.new_zeros((rows, heads, filled + room, dim))
+        layer._key_buffer = keys.new_zeros((rows, heads, filled + room, dim), dtype=dtype)
         layer._value_buffer = values.new_zeros(
-            (rows, values.shape[0], filled + room, values.shape[2])
+            (rows, values.shape[0], filled + room, values.shape[2]), dtype=dtype
         )
         layer.keys = layer._key_buffer[..., :filled, :]
         layer.values = layer._value_buffer[..., :filled, :]
@@ -69,9 +80,10 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(keys, values)
         filled = keys.shape[-2]
         shape = (*keys.shape[:-2], filled + room, keys.shape[-1])
+        dtype = self.buffer_dtype
         # zeros, not garbage: masked columns still enter the products, and NaN x 0 is NaN
-        self._key_buffer = keys.new_zeros(shape)
-        self._value_buffer = values.new_zeros((*shape[:-1], values.shape[-1]))
+        self._key_buffer = keys.new_zeros(shape, dtype=dtype)
+        self._value_buffer = values.new_zeros((*shape[:-1], values.shape[-1]), dtype=dtype)
         self._key_buffer[..., :filled, :] = keys
         self._value_buffer[..., :filled, :] = values
         self.keys = self._key_buffer[..., :filled, :]
@@ -125,13 +137,16 @@ class GrowingLayer(DynamicLayer):
         )
 
 
-def growing_layers(reserve: int, whole: bool = False) -> Cache:
+def growing_layers(reserve: int, whole: bool = False, dtype: torch.dtype | None = None) -> Cache:
     """An empty cache whose layers, at their first update, make `reserve` tokens of room."""
-    return Cache(layer_class_to_replicate=functools.partial(GrowingLayer, reserve, whole))
+    return Cache(layer_class_to_replicate=functools.partial(GrowingLayer, reserve, whole, dtype))
 
 
 def growing(cache: Cache, room: int, whole: bool = False) -> Cache:
-    """A cache holding `cache`'s keys and values (copied once) with `room` tokens free per layer."""
+    """A cache holding `cache`'s keys and values (copied once) with `room` tokens free per layer.
+
+    The buffers keep the keys' dtype.
+    """
     layers = []
     for layer in cache.layers:
         grown = GrowingLayer(whole=whole)

@@ -25,6 +25,7 @@ import torch
 
 from agentgym_core.heap import release_freed_memory
 from agentgym_core.interfaces import SamplingParams
+from agentgym_core.modeling.attention import cache_dtype
 from agentgym_core.policies.compiled_decode import CompiledDecode, next_token_logits
 from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
@@ -52,7 +53,8 @@ class HFPolicy:
         self._executor = generation_thread(config.num_threads)
         self._queue: asyncio.Queue[Request] | None = None
         self._server: asyncio.Task | None = None
-        self.cache = PrefixCache(config.max_sessions)
+        kv_dtype = cache_dtype(model) if config.kv_cache_dtype == "auto" else None
+        self.cache = PrefixCache(config.max_sessions, kv_dtype)
         self.batch_sizes: list[int] = []
         """Size of every batch generated (continuous: of every forward pass)."""
         self.seconds: collections.Counter[str] = collections.Counter()

@@ -18,6 +18,13 @@ class HFPolicyConfig(BaseModel):
         True, description="Keep each episode's keys and values between turns; run only new tokens."
     )
     max_sessions: int = Field(4096, gt=0, description="Most episodes whose KV state is kept.")
+    kv_cache_dtype: Literal["auto", "model"] = Field(
+        "auto",
+        description="The dtype of the keys and values kept while sampling. model: the model's; "
+        "auto: float32 for a bfloat16 model on a CPU without bfloat16 instructions, where "
+        "attention over a bfloat16 cache is emulated (4x slower), the model's elsewhere. "
+        "float32 holds the bfloat16 keys exactly, in twice the memory.",
+    )
     batching: Literal["static", "continuous"] = Field(
         "static",
         description="static: a batch runs until its longest request is done; continuous: "

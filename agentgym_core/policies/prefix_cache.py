@@ -54,8 +54,11 @@ class PrefixCache:
     event loop releases finished episodes' sessions.
     """
 
-    def __init__(self, max_sessions: int = 4096) -> None:
+    def __init__(self, max_sessions: int = 4096, kv_dtype: torch.dtype | None = None) -> None:
         self.max_sessions = max_sessions
+        self.kv_dtype = kv_dtype
+        """The dtype a batch's keys and values are kept in; None: the model's
+        (`growing_cache` says when they differ)."""
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.reused_tokens = 0
@@ -122,18 +125,21 @@ class PrefixCache:
         cache = self._batch_cache(entries, cached_width, new_width, room)
         return Prefill(ids, attention, positions, cache, reused)
 
-    @staticmethod
-    def _batch_cache(entries: Sequence[Entry | None], width: int, tail: int, room: int) -> Cache:
+    def _batch_cache(
+        self, entries: Sequence[Entry | None], width: int, tail: int, room: int
+    ) -> Cache:
         """The entries' keys and values right-aligned in `width` columns.
 
         With room for the `tail` tokens prefilled next and `room` decoded after them.
         """
         template = next((e for e in entries if e is not None), None)
         if template is None or width == 0:
-            return growing_layers(room, whole=True)
+            return growing_layers(room, whole=True, dtype=self.kv_dtype)
         layers = []
         for index, (keys, values) in enumerate(template.layers):
-            layer = GrowingLayer.zeros(len(entries), keys, values, width, tail + room, whole=True)
+            layer = GrowingLayer.zeros(
+                len(entries), keys, values, width, tail + room, whole=True, dtype=self.kv_dtype
+            )
             for row, entry in enumerate(entries):
                 if entry is not None:
                     k, v = entry.layers[index]
