@@ -255,8 +255,9 @@ def long_turns(args: argparse.Namespace) -> None:
             runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(
         f"\n{SESSIONS} sessions, first prompts of {CONTEXT} tokens, then turns of 100 new "
-        f"tokens and {NEW_TOKENS} sampled; seconds by the policy's timers, medians of "
-        f"{args.repeats}\n"
+        f"tokens and {NEW_TOKENS} sampled; seconds: the turn's wall time, then the policy's "
+        f"timers; medians of {args.repeats}; peak RSS: the process's high-water mark by the "
+        "turn's end (model load included), first repeat\n"
     )
     print("| arm | turn | context | seconds | prefill | decode | kv_cache | peak RSS MiB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -267,6 +268,8 @@ def long_turns(args: argparse.Namespace) -> None:
             figures = " | ".join(f"{value:.1f}" for value in cells)
             print(f"| {arm} | {turn} | {rows[0]['context']} | {figures} | {rows[0]['peak']:.0f} |")
     first, *others = runs
+    if args.turns < 2:
+        return  # the ratio is of the turns after the first
     later = {arm: [sum(t["seconds"] for t in r[1:]) for r in runs[arm]] for arm in runs}
     for arm in others:
         ratio = statistics.median(later[first]) / statistics.median(later[arm])

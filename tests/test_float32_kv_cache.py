@@ -48,6 +48,7 @@ def bf16_model(tiny_model):
 def _play(model, tokenizer, kept: list, **options):
     """Episodes of 4 turns; `kept` gets the dtype of every session's stored keys."""
     policy = HFPolicy(HFPolicyConfig(**options), model=model, tokenizer=tokenizer)
+    policy.compile_backend = "eager"  # if compiled: the path without C++ code generation
     put = policy.cache._put
 
     def spy(session, token_ids, layers):
@@ -105,13 +106,31 @@ def test_a_float32_cache_samples_closer_to_what_the_learner_scores(bf16_model):
 
 
 @pytest.mark.usefixtures("emulated")
-def test_continuous_batching_takes_the_float32_cache_with_static_batchings_tokens(bf16_model):
+@pytest.mark.parametrize("options", [{"batching": "continuous"}, {"compile_decode": True}])
+def test_auto_leaves_the_paths_it_was_not_measured_on_in_the_models_dtype(bf16_model, options):
+    """Continuous batching concatenates its cache every step, and the compiled step's fixed
+    buffers take the model's keys as they are: both keep the cache bfloat16, and run."""
     model, tokenizer = bf16_model
     kept = []
-    static = _play(model, tokenizer, kept)
-    continuous = _play(model, tokenizer, kept, batching="continuous")
-    assert set(kept) == {torch.float32}
-    assert [t.token_ids for t in continuous] == [t.token_ids for t in static]
+    trajectories = _play(model, tokenizer, kept, **options)
+    assert kept and set(kept) == {torch.bfloat16}
+    assert all(t.num_sampled_tokens > 0 for t in trajectories)
+
+
+def test_an_additive_mask_follows_the_query_to_the_caches_dtype():
+    """A float mask made for the bfloat16 model still fits the float32 attention it gets."""
+    torch.manual_seed(0)
+    query = torch.randn(2, 6, 5, 16).to(torch.bfloat16)
+    keys, values = (torch.randn(2, 2, 9, 16).to(torch.bfloat16).float() for _ in range(2))
+    allowed = torch.ones(2, 1, 5, 9, dtype=torch.bool)
+    allowed[0, :, :, :3] = False  # a left-padded row
+    additive = torch.zeros(allowed.shape, dtype=torch.bfloat16).masked_fill(~allowed, -1e4)
+    module = torch.nn.Module()
+    module.is_causal = False
+    by_bool, _ = attention.sdpa_gqa_forward(module, query, keys, values, allowed)
+    by_float, _ = attention.sdpa_gqa_forward(module, query, keys, values, additive)
+    assert by_float.dtype == torch.bfloat16
+    torch.testing.assert_close(by_float, by_bool, rtol=0, atol=0)
 
 
 def test_a_prefix_caches_batch_buffers_take_its_dtype():

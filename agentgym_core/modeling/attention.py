@@ -65,6 +65,8 @@ def sdpa_gqa_forward(
         # SmolLM2 went from 0.61x to 0.93x float32's speed: benchmarks/cpu_bf16.py); the
         # forward pass, as fast either way in a probe, is left as it was when sampling
         query, key, value = query.float(), key.float(), value.float()
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.to(query.dtype)  # an additive mask: the kernel's dtype
     out = torch.nn.functional.scaled_dot_product_attention(
         query,
         key,

@@ -19,7 +19,7 @@ for the new tail and the turn's tokens, so a turn copies its cache once;
 
 The buffers may be wider than the model's keys (`dtype`): on a CPU without
 bfloat16 instructions a bfloat16 model's cache is kept in float32
-(`cpu_bf16.float32_kv_cache`), each new token's keys converted once as written,
+(`attention.cache_dtype`), each new token's keys converted once as written,
 because there a decoded token's attention over a bfloat16 cache is emulated:
 4x slower than over float32 at 2,500 tokens.
 """

@@ -53,7 +53,7 @@ class HFPolicy:
         self._executor = generation_thread(config.num_threads)
         self._queue: asyncio.Queue[Request] | None = None
         self._server: asyncio.Task | None = None
-        kv_dtype = cache_dtype(model) if config.kv_cache_dtype == "auto" else None
+        kv_dtype = cache_dtype(model) if _wider_cache_pays(config) else None
         self.cache = PrefixCache(config.max_sessions, kv_dtype)
         self.batch_sizes: list[int] = []
         """Size of every batch generated (continuous: of every forward pass)."""
@@ -297,6 +297,20 @@ class HFPolicy:
                 self.model, self.config.max_batch_size, self.compile_backend
             )
         return self._compiled_decode
+
+
+def _wider_cache_pays(config: HFPolicyConfig) -> bool:
+    """`kv_cache_dtype: auto` on the path it was measured on: static batching, not compiled.
+
+    The compiled step's fixed buffers take the model's keys as they are, and
+    continuous batching concatenates its whole cache at every step (twice the bytes
+    in float32: not measured).
+    """
+    return (
+        config.kv_cache_dtype == "auto"
+        and config.batching == "static"
+        and config.compile_decode is not True
+    )
 
 
 def generation_thread(threads: int) -> concurrent.futures.ThreadPoolExecutor:

@@ -21,8 +21,9 @@ class HFPolicyConfig(BaseModel):
     kv_cache_dtype: Literal["auto", "model"] = Field(
         "auto",
         description="The dtype of the keys and values kept while sampling. model: the model's; "
-        "auto: float32 for a bfloat16 model on a CPU without bfloat16 instructions, where "
-        "attention over a bfloat16 cache is emulated (4x slower), the model's elsewhere. "
+        "auto: float32 for a bfloat16 model with sdpa_gqa attention (the default) on a CPU "
+        "without bfloat16 instructions, where attention over a bfloat16 cache is emulated "
+        "(4x slower), with static batching and no compile_decode; the model's otherwise. "
         "float32 holds the bfloat16 keys exactly, in twice the memory.",
     )
     batching: Literal["static", "continuous"] = Field(
