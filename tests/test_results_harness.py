@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -657,3 +658,45 @@ def test_a_runs_machine_names_its_cpu_and_whether_it_has_bf16_instructions():
     assert facts["native_bf16"] is has_native_bf16()
     assert isinstance(facts["cpu_model"], str) and facts["cpu_model"]
     assert facts["cpus"] >= 1 and facts["commit"]
+
+
+def test_others_cpu_share_is_the_machines_busy_time_less_the_runs_own():
+    from benchmarks.harness.cpu_share import machine_busy_seconds, others_share
+
+    tick = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal (guest): busy is all but idle and iowait
+    stat = f"cpu  {100 * tick} {20 * tick} {30 * tick} {400 * tick} {50 * tick} 6 0 0 0 0\n"
+    assert machine_busy_seconds(stat) == pytest.approx(150 + 6 / tick)
+    assert others_share(busy=150.0, own=50.0, wall=100.0, cpus=2) == pytest.approx(0.5)
+    assert others_share(busy=40.0, own=50.0, wall=100.0, cpus=2) == 0.0  # clock skew: not below 0
+    assert others_share(busy=10.0, own=0.0, wall=0.0, cpus=2) == 0.0
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc")
+def test_a_process_beside_the_run_counts_as_others_and_the_runs_own_children_do_not():
+    import time
+
+    from benchmarks.harness.cpu_share import CpuShare, own_seconds
+
+    loop = [
+        sys.executable,
+        "-c",
+        "import time\nend = time.time() + 2.5\nwhile time.time() < end: pass",
+    ]
+    share = CpuShare()
+    # a stranger: started through a shell that exits at once, so it is no descendant of ours
+    subprocess.run(["sh", "-c", " ".join(f"'{part}'" for part in loop) + " &"], check=True)
+    time.sleep(2.5)
+    assert share.others() > 0.15  # one busy core of this machine's, less what load takes
+    before = own_seconds()
+    child = subprocess.Popen(loop)  # ours, still running when measured
+    time.sleep(2.0)
+    assert own_seconds() - before > 0.3  # its CPU time counts as the run's own
+    child.wait()
+
+
+def test_a_run_whose_machine_others_used_is_marked_shared():
+    def run(seed, share):
+        return {"scenario": "toy", "arm": "a", "seed": seed, "machine": {"others_cpu_share": share}}
+
+    assert overlapping([run(0, 0.02), run(1, 0.4), run(2, None)]) == {("toy", "a", 1)}

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.cpu_share import SHARED_ABOVE
 from benchmarks.harness.spec import Scenario
 from benchmarks.harness.stats import MIN_SEEDS_FOR_A_VERDICT, half_width
 
@@ -27,7 +28,8 @@ SMOOTH = 10
 
 SHARED_NOTE = (
     "\\* Some of these runs overlapped another kept run (by start time and wall time) or "
-    "other work of ours (their JSON's `machine.shared` says what), so their training time is "
+    "other work (their JSON's `machine.shared` says what, or `machine.others_cpu_share`, "
+    "measured, says other processes took over a tenth of the CPUs), so their training time is "
     "not an idle-machine figure. Their scores do not depend on it (the preamble says how "
     "that was checked)."
 )
@@ -47,14 +49,17 @@ def load_results(data: Path, scenario: str) -> list[dict[str, Any]]:
 def overlapping(results: Iterable[dict[str, Any]]) -> set[tuple[str, str, int]]:
     """(scenario, arm, seed) of every run that shared the machine.
 
-    A run shared it when its time span crossed another kept run's, or when its JSON says
-    other work of ours ran beside it (`machine.shared`). Its wall time is then not an
+    A run shared it when its time span crossed another kept run's, when its JSON says
+    other work of ours ran beside it (`machine.shared`), or when other processes took more
+    than `SHARED_ABOVE` of the CPUs while it ran (`machine.others_cpu_share`, measured by
+    `cpu_share.CpuShare`). Its wall time is then not an
     idle-machine figure. Its scores stand: the runs are synchronous and seeded, so sharing
     slows them only.
     """
     spans, shared = [], set()
     for r in results:
-        if r.get("machine", {}).get("shared"):
+        conditions = r.get("machine", {})
+        if conditions.get("shared") or (conditions.get("others_cpu_share") or 0) > SHARED_ABOVE:
             shared.add(_key(r))
         if "started" not in r:  # written by hand (tests): it cannot be placed in time
             continue

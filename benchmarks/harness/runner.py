@@ -29,6 +29,7 @@ import yaml
 
 from agentgym_core import hookimpl
 from agentgym_core.tracking.mlflow_tracker import ARTIFACTS_DIR, STORE_FILE
+from benchmarks.harness.cpu_share import CpuShare
 from benchmarks.harness.spec import Arm, Scenario, eval_parts
 
 CURVE_KEYS = {
@@ -370,11 +371,13 @@ def train_and_evaluate(
     """Run one arm for one seed from its start model; returns the result, not yet kept."""
     started = datetime.now(UTC).isoformat(timespec="seconds")
     conditions = machine()
+    share = CpuShare()
     model = start_model(scenario, arm, seed, paths, host, smoke=smoke)
     run_dir = paths.run_dir(scenario.name, arm.name, seed)
     config = pipeline_config(scenario, arm, seed, model, run_dir, smoke=smoke)
     wall = time.perf_counter()
     stages, curve, earlier_seconds = run_pipeline_once(config, run_dir, host)
+    conditions["others_cpu_share"] = share.others()
     trained = [s for s in stages if s.type != "eval"]
     if trained:
         (run_dir / "final_checkpoint.txt").write_text(str(trained[-1].model))
@@ -428,8 +431,10 @@ def add_evals(
         scenario, evaluate_only, seed, checkpoint, run_dir, smoke=smoke, evals=missing
     )
     started = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine()}
+    share = CpuShare()
     wall = time.perf_counter()
     stages, _, _ = run_pipeline_once(config, run_dir, host)
+    started["machine"]["others_cpu_share"] = share.others()
     kept["evals"].update({s.name.removeprefix("eval-"): eval_record(s.metrics) for s in stages})
     seconds = round(time.perf_counter() - wall, 1)
     for name, stage in zip(missing, config["stages"], strict=True):
