@@ -5,6 +5,7 @@
     python benchmarks/results.py --scenario all                    # every scenario
     python benchmarks/results.py --report                          # rewrite README and PNGs only
     python benchmarks/results.py --scenario babyai --smoke         # 2 updates per arm, one seed
+    python benchmarks/results.py --scenario babyai --restarts 3    # resumed if the kernel kills it
 
 Each finished (scenario, arm, seed) is kept as JSON in `benchmarks/results/data/`
 and skipped when run again, so a sweep resumes where it stopped. An evaluation
@@ -50,6 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, help="kept results (benchmarks/results/data)")
     parser.add_argument("--work", type=Path, help="models, checkpoints (runs/results)")
     parser.add_argument("--out", type=Path, help="README.md and PNGs (benchmarks/results)")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        help="start the sweep again, up to this many times, when the kernel kills it (SIGKILL, "
+        "as its out-of-memory killer does); it resumes where it stopped",
+    )
     return parser.parse_args(argv)
 
 
@@ -69,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
 
     exit_cleanly_on_sigterm()  # a stopped sweep still closes its envs (browsers, JVMs)
     args = parse_args(argv)
+    if args.restarts > 0:
+        from benchmarks.harness.supervise import child_command, supervise
+
+        given = sys.argv[1:] if argv is None else argv
+        return supervise(child_command([__file__, *given]), args.restarts)
     names = scenario_names() if args.scenario == "all" else [args.scenario]
     scenarios = [load_scenario(name) for name in names]
     args.data, args.work, args.out = folders(args)

@@ -700,3 +700,33 @@ def test_a_run_whose_machine_others_used_is_marked_shared():
         return {"scenario": "toy", "arm": "a", "seed": seed, "machine": {"others_cpu_share": share}}
 
     assert overlapping([run(0, 0.02), run(1, 0.4), run(2, None)]) == {("toy", "a", 1)}
+
+
+def _counting(marker: Path, kill_below: int, exit_code: int = 0) -> list[str]:
+    """A command that counts its starts in `marker`, SIGKILLs itself below `kill_below`."""
+    body = (
+        "import os, pathlib, signal, sys\n"
+        f"p = pathlib.Path({str(marker)!r})\n"
+        "n = int(p.read_text()) if p.exists() else 0\n"
+        "p.write_text(str(n + 1))\n"
+        f"if n < {kill_below}: os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"sys.exit({exit_code})\n"
+    )
+    return [sys.executable, "-c", body]
+
+
+def test_a_sweep_killed_by_the_kernel_is_started_again_and_nothing_else_is(tmp_path):
+    import signal
+
+    from benchmarks.harness.supervise import child_command, supervise
+
+    said = []
+    quick = {"pause_s": 0.0, "say": said.append}
+    assert supervise(_counting(tmp_path / "a", kill_below=2), 3, **quick) == 0
+    assert (tmp_path / "a").read_text() == "3" and len(said) == 2  # killed twice, then done
+    assert supervise(_counting(tmp_path / "b", kill_below=0, exit_code=1), 3, **quick) == 1
+    assert (tmp_path / "b").read_text() == "1"  # an error is not repeated
+    final = supervise(_counting(tmp_path / "c", kill_below=9), 2, **quick)
+    assert final == -signal.SIGKILL and (tmp_path / "c").read_text() == "3"
+    argv = ["r.py", "--scenario", "x", "--restarts", "3", "--seeds", "0", "--restarts=2"]
+    assert child_command(argv) == [sys.executable, "r.py", "--scenario", "x", "--seeds", "0"]
