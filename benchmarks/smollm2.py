@@ -38,6 +38,14 @@ interleaved per repeat.
 
     .venv/bin/python benchmarks/smollm2.py --long-turns --turns 3 --repeats 2
 
+Prefill groups (`--split-prefill`): AgentGym's first `--tasks` BabyAI test
+tasks, constrained, 20 turns, 24 in flight, SmolLM2 in bfloat16 loaded as a run
+loads it; arms: the `hf` policy's `split_prefill_tokens`, `0` (a batch's prefill
+padded to its longest uncached tail, as before) and `auto`; each in a fresh
+process, interleaved per repeat.
+
+    .venv/bin/python benchmarks/smollm2.py --split-prefill --repeats 1
+
 All take the model from `agentgym model fetch smollm2-135m-instruct` (the cache).
 """
 
@@ -59,6 +67,7 @@ from benchmarks.memory import peak_rss_mib  # noqa: E402
 UPDATE_ARMS = ["full", "full:bf16", "lora", "lora:bf16", "lora-top15:bf16", "full:all-logits"]
 GENERATE_ARMS = ["hf-before", "hf", "hf:bf16", "vllm", "vllm:bf16"]
 LONG_TURN_ARMS = ["model", "auto"]
+SPLIT_ARMS = ["0", "auto"]
 LONG_TURN_COLUMNS = ["seconds", "prefill", "decode", "kv_cache"]
 SESSIONS = 32
 CONTEXT = 2_000
@@ -276,6 +285,72 @@ def long_turns(args: argparse.Namespace) -> None:
         print(f"\nturns 1-{args.turns - 1}: {arm} {ratio:.2f}x the speed of {first}")
 
 
+def split_prefill(args: argparse.Namespace) -> None:
+    """Each `split_prefill_tokens` arm in a fresh process, interleaved per repeat."""
+    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms or SPLIT_ARMS}
+    for _ in range(args.repeats):
+        for arm in runs:
+            command = [sys.executable, __file__, "--one-split", arm, "--tasks", str(args.tasks)]
+            out = subprocess.run(command, check=True, capture_output=True, text=True)
+            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(
+        f"\nAgentGym's first {args.tasks} BabyAI test tasks, constrained, 20 turns, 24 in "
+        f"flight; medians of {args.repeats}; tokens: the prefills' real and padded positions\n"
+    )
+    print("| split_prefill_tokens | seconds | prefill s | decode s | real | padded | speed |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    base = statistics.median(r["seconds"] for r in next(iter(runs.values())))
+    for arm, results in runs.items():
+        median = {key: statistics.median(r[key] for r in results) for key in results[0]}
+        print(
+            f"| {arm} | {median['seconds']:.1f} | {median['prefill']:.1f} | "
+            f"{median['decode']:.1f} | {median['real']:.0f} | {median['padded']:.0f} | "
+            f"{base / median['seconds']:.2f}x |"
+        )
+
+
+def one_split_run(arm: str, tasks: int) -> dict:
+    """AgentGym's BabyAI test tasks through `hf` with `split_prefill_tokens: arm`."""
+    from agentgym_env_babyai import BabyAIConfig
+    from agentgym_env_babyai.plugin import make_babyai
+
+    from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+    from agentgym_core.rollout.chat import ChatFormat
+    from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+    from agentgym_core.run.components import load_model
+
+    model, tokenizer = load_model(model_dir(), "bfloat16")
+    split = arm if arm == "auto" else int(arm)
+    policy = HFPolicy(HFPolicyConfig(split_prefill_tokens=split), model=model, tokenizer=tokenizer)
+    config = BabyAIConfig(levels="agentgym", list_actions=True, agentgym_prompt=True)
+    env = make_babyai(config)
+    chosen = env.tasks("test")[:tasks]
+    env.close()
+    engine = RolloutEngine(lambda: make_babyai(config), policy, ChatFormat(tokenizer))
+    settings = RolloutSettings(
+        max_turns=20,
+        max_new_tokens=32,
+        constrained=True,
+        seed=0,
+        concurrency=24,
+        max_context_tokens=4096,
+    )
+    try:
+        start = time.perf_counter()
+        engine.run([EpisodeSpec(task, group=task) for task in chosen], settings)
+        seconds = time.perf_counter() - start
+    finally:
+        engine.close()
+        policy.close()
+    return {
+        "seconds": seconds,
+        "prefill": policy.seconds["prefill"],
+        "decode": policy.seconds["decode"],
+        "real": policy.cache.computed_tokens,
+        "padded": policy.cache.padded_tokens,
+    }
+
+
 def one_long_run(arm: str, turns: int) -> list[dict]:
     """`turns` turns of the `hf` policy with `kv_cache_dtype: arm` on SmolLM2 in bfloat16.
 
@@ -338,6 +413,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one-update", help=argparse.SUPPRESS)
     parser.add_argument("--one-play", help=argparse.SUPPRESS)
     parser.add_argument("--one-long", help=argparse.SUPPRESS)
+    parser.add_argument("--split-prefill", action="store_true", help="hf's prefill groups")
+    parser.add_argument("--tasks", type=int, default=36, help="--split-prefill: test tasks")
+    parser.add_argument("--one-split", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_update:
         print(json.dumps(one_update_run(args.one_update, args.updates)))
@@ -345,6 +423,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(play(args.one_play, args.turns)))
     elif args.one_long:
         print(json.dumps(one_long_run(args.one_long, args.turns)))
+    elif args.one_split:
+        print(json.dumps(one_split_run(args.one_split, args.tasks)))
+    elif args.split_prefill:
+        split_prefill(args)
     elif args.update:
         updates(args)
     elif args.generate:
@@ -354,7 +436,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.long_turns:
         long_turns(args)
     else:
-        parser.error("choose --update, --generate, --prefill or --long-turns")
+        parser.error("choose --update, --generate, --prefill, --long-turns or --split-prefill")
 
 
 if __name__ == "__main__":

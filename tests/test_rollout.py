@@ -765,3 +765,46 @@ def test_an_evaluation_carries_every_rollout_setting_it_does_not_set_itself():
             assert getattr(play, name) == getattr(training, name), name
     assert (play.max_turns, play.greedy, play.temperature) == (7, True, 0.5)
     assert play.constrained == training.constrained and play.seed == 3 + 7_919
+
+
+def test_prefill_groups_split_where_padding_costs_most_and_only_when_it_pays():
+    from agentgym_core.policies.hf import prefill_groups
+
+    # a new episode's 557-token prompt among three 100-token observations: 4 x 557 padded
+    # against 3 x 100 + 557, a saving of 1,371 tokens
+    assert prefill_groups([100, 100, 557, 90], 1024) == [[0, 1, 3], [2]]
+    assert prefill_groups([100, 100, 557, 90], 1400) == [[0, 1, 2, 3]]  # saves too little
+    assert prefill_groups([100, 100, 557, 90], 0) == [[0, 1, 2, 3]]  # 0: never
+    assert prefill_groups([557, 557, 80, 100, 557], 1) == [[2], [3], [0, 1, 4]]
+    assert prefill_groups([557, 557, 80, 100, 557], 50) == [[2, 3], [0, 1, 4]]
+    assert prefill_groups([300], 1) == [[0]]
+
+
+def test_a_split_prefill_samples_the_same_tokens_as_one_batch(tiny_model, monkeypatch):
+    """Episodes that end early are replaced by new ones, whose first prompts join batches of
+    continuing episodes: split (any saving) and never split give the same trajectories."""
+    settings = RolloutSettings(max_turns=4, seed=13, concurrency=6)
+    split = _engine(tiny_model, split_prefill_tokens=1)
+    groups = []
+    decode_group = split.policy._decode_group
+    monkeypatch.setattr(
+        split.policy, "_decode_group", lambda b, *a: groups.append(len(b)) or decode_group(b, *a)
+    )
+    together = _engine(tiny_model, split_prefill_tokens=0)
+    a = split.run(_episodes(8, 2), settings)
+    b = together.run(_episodes(8, 2), settings)
+    assert [t.token_ids for t in a] == [t.token_ids for t in b]
+    for x, y in zip(a, b, strict=True):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+    assert len(groups) > len(split.policy.batch_sizes)  # some batches ran as two groups
+    assert sum(groups) == sum(split.policy.batch_sizes)
+    split.close()
+    together.close()
+
+
+def test_the_prefix_cache_counts_the_padded_positions_a_prefill_runs():
+    from agentgym_core.policies.prefix_cache import PrefixCache
+
+    cache = PrefixCache()
+    cache.prefill([[1, 2, 3, 4, 5], [6, 7]], [None, None], pad_id=0)
+    assert (cache.computed_tokens, cache.padded_tokens) == (7, 10)  # two rows of five

@@ -216,13 +216,28 @@ class HFPolicy:
                 release_freed_memory()
 
     def _decode(self, batch: list[Request], device: torch.device) -> None:
-        clock = _Clock(self.seconds, device)
-        compiled = self._compiled(device)
         use_cache = self.config.prefix_cache
         # taken, not looked up: a session's old keys are freed once copied into the batch
         entries = [
             self.cache.lookup(r.session, r.prompt, take=True) if use_cache else None for r in batch
         ]
+        cached = [len(e.token_ids) if e else 0 for e in entries]
+        tails = [len(r.prompt) - n for r, n in zip(batch, cached, strict=True)]
+        for group in prefill_groups(tails, self._split_above(device)):
+            self._decode_group([batch[i] for i in group], [entries[i] for i in group], device)
+
+    def _split_above(self, device: torch.device) -> int:
+        """Padded prefill tokens a split must save (`split_prefill_tokens`); 0: never split."""
+        wanted = self.config.split_prefill_tokens
+        if wanted == "auto":
+            return SPLIT_ABOVE_ON_CPU if device.type == "cpu" else 0
+        return wanted
+
+    def _decode_group(self, batch: list[Request], entries: list[Any], device: torch.device) -> None:
+        """Prefill the requests' uncached tails together, then decode them step by step."""
+        clock = _Clock(self.seconds, device)
+        compiled = self._compiled(device)
+        use_cache = self.config.prefix_cache
         rows, firsts = shared_rows([r.prompt for r in batch], entries)
         longest = max(r.params.max_new_tokens for r in batch)
         room = 0 if compiled else longest  # compiled: decoded into its own buffers
@@ -297,6 +312,39 @@ class HFPolicy:
                 self.model, self.config.max_batch_size, self.compile_backend
             )
         return self._compiled_decode
+
+
+SPLIT_ABOVE_ON_CPU = 1024
+"""`split_prefill_tokens: auto` on a CPU: about what one more decode loop of a turn costs."""
+
+
+def prefill_groups(tails: Sequence[int], split_above: int) -> list[list[int]]:
+    """The batch's requests in groups whose split saves `split_above` padded tokens each.
+
+    A batch's prefill runs every row to the longest uncached tail: first prompts of
+    300 to 700 tokens pad to 700, and one new episode's whole first prompt among
+    episodes that add a hundred-token observation makes every row compute its
+    length. Requests sorted by tail are cut into runs that minimise the tokens
+    computed (rows x longest tail, summed) plus `split_above` for every group past
+    the first: each group decodes on its own, which is what the saving must pay
+    for. Returns request indices, short tails first; `split_above` 0: one group.
+    """
+    n = len(tails)
+    if split_above <= 0 or n < 2:
+        return [list(range(n))]
+    order = sorted(range(n), key=lambda i: tails[i])
+    # best[j]: least cost of the first j sorted requests; cut[j]: where its last group starts
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):
+            cost = best[i] + (j - i) * tails[order[j - 1]] + (split_above if i else 0)
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(sorted(order[cut[j] : j]))
+        j = cut[j]
+    return groups[::-1]
 
 
 def _wider_cache_pays(config: HFPolicyConfig) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,6 +45,14 @@ class HFPolicyConfig(BaseModel):
         "calling thread; the learner keeps its own count); 0: torch's count when the policy "
         "starts. Fewer than the cores can be faster for a small model's one-token passes, "
         "which parallelise poorly and stall when env work or other processes hold a core.",
+    )
+    split_prefill_tokens: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        "auto",
+        description="static batching: prefill and decode a batch as two groups, short and long "
+        "uncached tails, when that computes at least this many fewer padded prefill tokens "
+        "(a new episode's first prompt among episodes that add one observation pads every "
+        "row to its length); 0: never. auto: 1024 on a CPU, never elsewhere (there padding "
+        "costs less than another decode loop).",
     )
     compile_decode: bool | Literal["auto"] = Field(
         False,

@@ -63,6 +63,8 @@ class PrefixCache:
         self._lock = threading.Lock()
         self.reused_tokens = 0
         self.computed_tokens = 0
+        self.padded_tokens = 0
+        """Positions the prefills ran, padding included (rows x longest uncached tail)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -122,6 +124,7 @@ class PrefixCache:
             attention[i, cached_width + new_width - len(tail) : cached_width + new_width] = 1
         self.reused_tokens += sum(reused)
         self.computed_tokens += sum(len(n) for n in new)
+        self.padded_tokens += rows * new_width
         cache = self._batch_cache(entries, cached_width, new_width, room)
         return Prefill(ids, attention, positions, cache, reused)
 
