@@ -808,3 +808,42 @@ def test_the_prefix_cache_counts_the_padded_positions_a_prefill_runs():
     cache = PrefixCache()
     cache.prefill([[1, 2, 3, 4, 5], [6, 7]], [None, None], pad_id=0)
     assert (cache.computed_tokens, cache.padded_tokens) == (7, 10)  # two rows of five
+
+
+@pytest.mark.parametrize("split", [0, 1])
+def test_a_sessions_old_keys_are_freed_once_copied_into_the_batch(tiny_model, split):
+    """Taken from the cache, a session's entry lives only until its group's prefill is built,
+    not through the decode (peak memory: one copy of the keys, not two)."""
+    import asyncio
+    import weakref
+
+    from agentgym_core.interfaces import SamplingParams
+
+    model, tokenizer = tiny_model
+    policy = HFPolicy(HFPolicyConfig(split_prefill_tokens=split), model=model, tokenizer=tokenizer)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0)
+    prompts = {"a": list(range(5, 40)), "b": list(range(7, 19))}
+    alive_at_sampling = []
+
+    async def turns():
+        first = await asyncio.gather(
+            *(policy.generate(p, params, session=s) for s, p in prompts.items())
+        )
+        old = {s: weakref.ref(policy.cache._entries[s]) for s in prompts}
+        sample = policy.sampler.sample
+
+        def spy(*args, **kwargs):
+            alive_at_sampling.append(sorted(s for s, ref in old.items() if ref() is not None))
+            return sample(*args, **kwargs)
+
+        policy.sampler.sample = spy
+        later = [p + g.token_ids + [3, 4, 5] for p, g in zip(prompts.values(), first, strict=True)]
+        await asyncio.gather(
+            *(policy.generate(p, params, session=s) for s, p in zip(prompts, later, strict=True))
+        )
+
+    asyncio.run(turns())
+    policy.close()
+    assert policy.cache.reused_tokens > 0  # the second turn did take the sessions' entries
+    assert alive_at_sampling and alive_at_sampling[-1] == []
+    assert alive_at_sampling[0] in ([], ["a"], ["b"])  # split: the other group's not yet taken in

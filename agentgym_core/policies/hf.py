@@ -223,8 +223,16 @@ class HFPolicy:
         ]
         cached = [len(e.token_ids) if e else 0 for e in entries]
         tails = [len(r.prompt) - n for r, n in zip(batch, cached, strict=True)]
-        for group in prefill_groups(tails, self._split_above(device)):
-            self._decode_group([batch[i] for i in group], [entries[i] for i in group], device)
+        # grouped by prefill row: a prompt several requests share is one row of its group
+        rows, firsts = shared_rows([r.prompt for r in batch], entries)
+        groups = []
+        for row_group in prefill_groups([tails[i] for i in firsts], self._split_above(device)):
+            chosen = set(row_group)
+            groups.append([i for i, row in enumerate(rows) if row in chosen])
+        work = [([batch[i] for i in g], [entries[i] for i in g]) for g in groups]
+        del entries  # each group's list is emptied once prefilled: old keys go then
+        for requests, taken in work:
+            self._decode_group(requests, taken, device)
 
     def _split_above(self, device: torch.device) -> int:
         """Padded prefill tokens a split must save (`split_prefill_tokens`); 0: never split."""
@@ -234,7 +242,11 @@ class HFPolicy:
         return wanted
 
     def _decode_group(self, batch: list[Request], entries: list[Any], device: torch.device) -> None:
-        """Prefill the requests' uncached tails together, then decode them step by step."""
+        """Prefill the requests' uncached tails together, then decode them step by step.
+
+        Empties `entries` once they are copied into the batch, so the sessions' old keys are
+        freed while it decodes.
+        """
         clock = _Clock(self.seconds, device)
         compiled = self._compiled(device)
         use_cache = self.config.prefix_cache
@@ -244,7 +256,7 @@ class HFPolicy:
         pre = self.cache.prefill(
             [batch[i].prompt for i in firsts], [entries[i] for i in firsts], self.pad_id, room
         )
-        del entries
+        entries.clear()  # the caller's list: see the docstring
         prefill_width = pre.attention_mask.shape[1] - room
         mask = pre.attention_mask  # covering the cache's room: zeros until a token is decoded
         clock.lap("kv_cache")
@@ -315,11 +327,12 @@ class HFPolicy:
 
 
 SPLIT_ABOVE_ON_CPU = 1024
-"""`split_prefill_tokens: auto` on a CPU: about what one more decode loop of a turn costs."""
+"""`split_prefill_tokens: auto` on a CPU: a guess at one more decode loop's cost in prefill
+positions, not tuned (benchmarks/README.md, prefill groups)."""
 
 
 def prefill_groups(tails: Sequence[int], split_above: int) -> list[list[int]]:
-    """The batch's requests in groups whose split saves `split_above` padded tokens each.
+    """Prefill rows (by uncached tail) in groups whose split saves `split_above` tokens each.
 
     A batch's prefill runs every row to the longest uncached tail: first prompts of
     300 to 700 tokens pad to 700, and one new episode's whole first prompt among
@@ -327,7 +340,8 @@ def prefill_groups(tails: Sequence[int], split_above: int) -> list[list[int]]:
     length. Requests sorted by tail are cut into runs that minimise the tokens
     computed (rows x longest tail, summed) plus `split_above` for every group past
     the first: each group decodes on its own, which is what the saving must pay
-    for. Returns request indices, short tails first; `split_above` 0: one group.
+    for. Returns row indices, short tails first; `split_above` 0: one group. Equal
+    tails always stay in one group (moving them to the earlier one costs less).
     """
     n = len(tails)
     if split_above <= 0 or n < 2:

@@ -48,11 +48,12 @@ class HFPolicyConfig(BaseModel):
     )
     split_prefill_tokens: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
         "auto",
-        description="static batching: prefill and decode a batch as two groups, short and long "
-        "uncached tails, when that computes at least this many fewer padded prefill tokens "
+        description="static batching: prefill and decode a batch as groups of similar "
+        "uncached tails, each group past the first charged this many padded prefill positions "
         "(a new episode's first prompt among episodes that add one observation pads every "
-        "row to its length); 0: never. auto: 1024 on a CPU, never elsewhere (there padding "
-        "costs less than another decode loop).",
+        "row to its length); 0: never. auto: 1024 on a CPU (a guess, not tuned), never "
+        "elsewhere (not measured there: padding is cheaper on a GPU, another decode loop "
+        "may not be).",
     )
     compile_decode: bool | Literal["auto"] = Field(
         False,
