@@ -46,6 +46,13 @@ process, interleaved per repeat.
 
     .venv/bin/python benchmarks/smollm2.py --split-prefill --repeats 1
 
+The sampler against the learner in bfloat16 (`--sampler-gap`): 16 free-text
+BabyAI episodes through `hf` with each `kv_cache_dtype`, then scored as an
+update scores them; the mean and largest |difference| of the sampled tokens'
+log-probs.
+
+    .venv/bin/python benchmarks/smollm2.py --sampler-gap --turns 3
+
 All take the model from `agentgym model fetch smollm2-135m-instruct` (the cache).
 """
 
@@ -351,6 +358,63 @@ def one_split_run(arm: str, tasks: int) -> dict:
     }
 
 
+def sampler_gap(args: argparse.Namespace) -> None:
+    """Each `kv_cache_dtype` arm in a fresh process; the sampler's distance from the learner."""
+    runs = {arm: [] for arm in args.arms or LONG_TURN_ARMS}
+    for arm in runs:
+        command = [sys.executable, __file__, "--one-gap", arm, "--turns", str(args.turns)]
+        out = subprocess.run(command, check=True, capture_output=True, text=True)
+        runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(
+        f"\n{EPISODES} free-text BabyAI episodes x {args.turns} turns, SmolLM2 in bfloat16 "
+        "loaded as a run loads it; |sampler - learner| log-prob of each sampled token, the "
+        "learner scoring as an update does (training mode, gradients on)\n"
+    )
+    print("| kv_cache_dtype | sampled tokens | mean | max |")
+    print("| --- | --- | --- | --- |")
+    for arm, (result,) in runs.items():
+        print(f"| {arm} | {result['tokens']} | {result['mean']:.2e} | {result['max']:.2e} |")
+
+
+def one_gap_run(arm: str, turns: int) -> dict:
+    """Play the episodes with `kv_cache_dtype: arm`, then score them as the learner does."""
+    import torch
+    from agentgym_env_babyai import BabyAIConfig
+    from agentgym_env_babyai.plugin import make_babyai
+
+    from agentgym_core.learner.forward import token_logprobs
+    from agentgym_core.learner.packing import pack
+    from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+    from agentgym_core.rollout.chat import ChatFormat
+    from agentgym_core.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+    from agentgym_core.run.components import load_model
+
+    model, tokenizer = load_model(model_dir(), "bfloat16")
+    policy = HFPolicy(HFPolicyConfig(kv_cache_dtype=arm), model=model, tokenizer=tokenizer)
+    config = BabyAIConfig(levels="agentgym", list_actions=True, agentgym_prompt=True)
+    engine = RolloutEngine(lambda: make_babyai(config), policy, ChatFormat(tokenizer))
+    settings = RolloutSettings(
+        max_turns=turns,
+        max_new_tokens=NEW_TOKENS,
+        constrained=False,
+        seed=3,
+        max_context_tokens=4096,
+    )
+    try:
+        trajectories = engine.run([EpisodeSpec(t, group=t) for t in range(EPISODES)], settings)
+    finally:
+        engine.close()
+        policy.close()
+    gaps = []
+    model.train()
+    for mb in pack(trajectories, row_tokens=None, micro_batch_tokens=4096):
+        logprobs, _ = token_logprobs(model, mb, 1.0)  # gradients on, as in an update
+        mask = mb.mask.bool()
+        gaps.append((logprobs.detach()[mask].float() - mb.sampler_logprobs[mask]).abs())
+    gap = torch.cat(gaps)
+    return {"tokens": gap.numel(), "mean": float(gap.mean()), "max": float(gap.max())}
+
+
 def one_long_run(arm: str, turns: int) -> list[dict]:
     """`turns` turns of the `hf` policy with `kv_cache_dtype: arm` on SmolLM2 in bfloat16.
 
@@ -416,6 +480,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split-prefill", action="store_true", help="hf's prefill groups")
     parser.add_argument("--tasks", type=int, default=36, help="--split-prefill: test tasks")
     parser.add_argument("--one-split", help=argparse.SUPPRESS)
+    parser.add_argument("--sampler-gap", action="store_true", help="bf16 sampler vs learner")
+    parser.add_argument("--one-gap", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_update:
         print(json.dumps(one_update_run(args.one_update, args.updates)))
@@ -427,6 +493,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(one_split_run(args.one_split, args.tasks)))
     elif args.split_prefill:
         split_prefill(args)
+    elif args.one_gap:
+        print(json.dumps(one_gap_run(args.one_gap, args.turns)))
+    elif args.sampler_gap:
+        sampler_gap(args)
     elif args.update:
         updates(args)
     elif args.generate:
@@ -436,7 +506,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.long_turns:
         long_turns(args)
     else:
-        parser.error("choose --update, --generate, --prefill, --long-turns or --split-prefill")
+        parser.error(
+            "choose --update, --generate, --prefill, --long-turns, --split-prefill or --sampler-gap"
+        )
 
 
 if __name__ == "__main__":
