@@ -2,7 +2,9 @@
 
 There attention over a bfloat16 cache is emulated; over float32 it is not, and
 it computes what the learner's training pass computes (`sdpa_gqa` attends on
-float32 copies there), so the sampler comes closer to the learner, not further.
+float32 copies there), so the sampler comes closer to the learner, not further
+(on a tiny model much closer; on SmolLM2 other bfloat16 roundings dominate:
+`benchmarks/smollm2.py --sampler-gap`).
 """
 
 from __future__ import annotations
