@@ -89,6 +89,18 @@ def model_dir() -> Path:
     return fetch("smollm2-135m-instruct", log=None)
 
 
+def interleaved(arms: list[str], repeats: int, flag: str, *options: str) -> dict[str, list]:
+    """Each arm `repeats` times, each time a fresh process of this script (`flag ARM options`),
+    the arms interleaved within each repeat; per arm, the JSON each process printed last."""
+    runs: dict[str, list] = {arm: [] for arm in arms}
+    for _ in range(repeats):
+        for arm in runs:
+            command = [sys.executable, __file__, flag, arm, *options]
+            out = subprocess.run(command, check=True, capture_output=True, text=True)
+            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 # -- updates ----------------------------------------------------------------------------------
 
 
@@ -108,19 +120,8 @@ def one_update_run(arm: str, updates: int) -> dict:
 
 def updates(args: argparse.Namespace) -> None:
     """Every arm in its own process, interleaved per repeat; a markdown table."""
-    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms or UPDATE_ARMS}
-    for _ in range(args.repeats):
-        for arm in runs:
-            command = [
-                sys.executable,
-                __file__,
-                "--one-update",
-                arm,
-                "--updates",
-                str(args.updates),
-            ]
-            out = subprocess.run(command, check=True, capture_output=True, text=True)
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    arms = args.arms or UPDATE_ARMS
+    runs = interleaved(arms, args.repeats, "--one-update", "--updates", str(args.updates))
     base = statistics.median(r["tokens_per_s"] for r in next(iter(runs.values())))
     print(f"\nSmolLM2-135M-Instruct, 16 x 384 tokens a batch; median of {args.repeats}\n")
     print("| arm | trainable | s / update | tokens/s | vs first | peak RSS over baseline MiB |")
@@ -201,12 +202,8 @@ def play(arm: str, turns: int) -> dict:
 
 def generation(args: argparse.Namespace) -> None:
     """Every arm in its own process, interleaved per repeat; a markdown table."""
-    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms or GENERATE_ARMS}
-    for _ in range(args.repeats):
-        for arm in runs:
-            command = [sys.executable, __file__, "--one-play", arm, "--turns", str(args.turns)]
-            out = subprocess.run(command, check=True, capture_output=True, text=True)
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    arms = args.arms or GENERATE_ARMS
+    runs = interleaved(arms, args.repeats, "--one-play", "--turns", str(args.turns))
     first = next(iter(runs.values()))
     base = statistics.median(r["seconds"] for r in first)
     print(
@@ -263,12 +260,8 @@ def prefill(args: argparse.Namespace) -> None:
 
 def long_turns(args: argparse.Namespace) -> None:
     """Each arm in a fresh process, interleaved per repeat; per turn, medians over repeats."""
-    runs: dict[str, list[list[dict]]] = {arm: [] for arm in args.arms or LONG_TURN_ARMS}
-    for _ in range(args.repeats):
-        for arm in runs:
-            command = [sys.executable, __file__, "--one-long", arm, "--turns", str(args.turns)]
-            out = subprocess.run(command, check=True, capture_output=True, text=True)
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    arms = args.arms or LONG_TURN_ARMS
+    runs = interleaved(arms, args.repeats, "--one-long", "--turns", str(args.turns))
     print(
         f"\n{SESSIONS} sessions, first prompts of {CONTEXT} tokens, then turns of 100 new "
         f"tokens and {NEW_TOKENS} sampled; seconds: the turn's wall time, then the policy's "
@@ -294,12 +287,8 @@ def long_turns(args: argparse.Namespace) -> None:
 
 def split_prefill(args: argparse.Namespace) -> None:
     """Each `split_prefill_tokens` arm in a fresh process, interleaved per repeat."""
-    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms or SPLIT_ARMS}
-    for _ in range(args.repeats):
-        for arm in runs:
-            command = [sys.executable, __file__, "--one-split", arm, "--tasks", str(args.tasks)]
-            out = subprocess.run(command, check=True, capture_output=True, text=True)
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    arms = args.arms or SPLIT_ARMS
+    runs = interleaved(arms, args.repeats, "--one-split", "--tasks", str(args.tasks))
     print(
         f"\nAgentGym's first {args.tasks} BabyAI test tasks, constrained, 20 turns, 24 in "
         f"flight; medians of {args.repeats}; tokens: the prefills' real and padded positions\n"
@@ -360,11 +349,7 @@ def one_split_run(arm: str, tasks: int) -> dict:
 
 def sampler_gap(args: argparse.Namespace) -> None:
     """Each `kv_cache_dtype` arm in a fresh process; the sampler's distance from the learner."""
-    runs = {arm: [] for arm in args.arms or LONG_TURN_ARMS}
-    for arm in runs:
-        command = [sys.executable, __file__, "--one-gap", arm, "--turns", str(args.turns)]
-        out = subprocess.run(command, check=True, capture_output=True, text=True)
-        runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = interleaved(args.arms or LONG_TURN_ARMS, 1, "--one-gap", "--turns", str(args.turns))
     print(
         f"\n{EPISODES} free-text BabyAI episodes x {args.turns} turns, SmolLM2 in bfloat16 "
         "loaded as a run loads it; |sampler - learner| log-prob of each sampled token, the "
