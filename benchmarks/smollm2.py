@@ -59,11 +59,15 @@ All take the model from `agentgym model fetch smollm2-135m-instruct` (the cache)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,14 +95,40 @@ def model_dir() -> Path:
 
 def interleaved(arms: list[str], repeats: int, flag: str, *options: str) -> dict[str, list]:
     """Each arm `repeats` times, each time a fresh process of this script (`flag ARM options`),
-    the arms interleaved within each repeat; per arm, the JSON each process printed last."""
+    the arms interleaved within each repeat; per arm, the JSON each process printed last.
+
+    An arm `ARM@COMMIT` runs that commit's script and `agentgym_core` (a git worktree made
+    for the command): a change measured against the code before it, in one command.
+    """
     runs: dict[str, list] = {arm: [] for arm in arms}
-    for _ in range(repeats):
-        for arm in runs:
-            command = [sys.executable, __file__, flag, arm, *options]
-            out = subprocess.run(command, check=True, capture_output=True, text=True)
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    with contextlib.ExitStack() as stack:
+        scripts = {
+            arm: stack.enter_context(worktree(arm.partition("@")[2])) / "benchmarks/smollm2.py"
+            if "@" in arm
+            else Path(__file__)
+            for arm in arms
+        }
+        for _ in range(repeats):
+            for arm in runs:
+                name = arm.partition("@")[0]
+                command = [sys.executable, str(scripts[arm]), flag, name, *options]
+                out = subprocess.run(command, check=True, capture_output=True, text=True)
+                runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
     return runs
+
+
+@contextlib.contextmanager
+def worktree(commit: str) -> Iterator[Path]:
+    """A detached git worktree of `commit`, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"smollm2-{commit}-") as parent:
+        tree = Path(parent) / "tree"
+        git = ["git", "-C", str(ROOT), "worktree"]
+        run = functools.partial(subprocess.run, check=True, capture_output=True)
+        run([*git, "add", "--detach", str(tree), commit])
+        try:
+            yield tree
+        finally:
+            run([*git, "remove", "--force", str(tree)])
 
 
 # -- updates ----------------------------------------------------------------------------------

@@ -785,19 +785,23 @@ def test_a_split_prefill_samples_the_same_tokens_as_one_batch(tiny_model, monkey
     continuing episodes: split (any saving) and never split give the same trajectories."""
     settings = RolloutSettings(max_turns=4, seed=13, concurrency=6)
     split = _engine(tiny_model, split_prefill_tokens=1)
-    groups = []
-    decode_group = split.policy._decode_group
-    monkeypatch.setattr(
-        split.policy, "_decode_group", lambda b, *a: groups.append(len(b)) or decode_group(b, *a)
-    )
+    groups = []  # per batch: its prefill rows, and the groups' sizes
+    prefill = split.policy._prefill
+
+    def spy(pre, sizes, *args):
+        groups.append((pre.input_ids.shape[0], sizes))
+        return prefill(pre, sizes, *args)
+
+    monkeypatch.setattr(split.policy, "_prefill", spy)
     together = _engine(tiny_model, split_prefill_tokens=0)
     a = split.run(_episodes(8, 2), settings)
     b = together.run(_episodes(8, 2), settings)
     assert [t.token_ids for t in a] == [t.token_ids for t in b]
     for x, y in zip(a, b, strict=True):
         assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
-    assert len(groups) > len(split.policy.batch_sizes)  # some batches ran as two groups
-    assert sum(groups) == sum(split.policy.batch_sizes)
+    assert any(len(sizes) > 1 for _, sizes in groups)  # some batches ran as two groups
+    assert all(sum(sizes) == rows for rows, sizes in groups)
+    assert len(groups) == len(split.policy.batch_sizes)  # and decoded as one
     split.close()
     together.close()
 
@@ -812,7 +816,7 @@ def test_the_prefix_cache_counts_the_padded_positions_a_prefill_runs():
 
 @pytest.mark.parametrize("split", [0, 1])
 def test_a_sessions_old_keys_are_freed_once_copied_into_the_batch(tiny_model, split):
-    """Taken from the cache, a session's entry lives only until its group's prefill is built,
+    """Taken from the cache, a session's entry lives only until the batch's prefill is built,
     not through the decode (peak memory: one copy of the keys, not two)."""
     import asyncio
     import weakref
@@ -845,5 +849,54 @@ def test_a_sessions_old_keys_are_freed_once_copied_into_the_batch(tiny_model, sp
     asyncio.run(turns())
     policy.close()
     assert policy.cache.reused_tokens > 0  # the second turn did take the sessions' entries
-    assert alive_at_sampling and alive_at_sampling[-1] == []
-    assert alive_at_sampling[0] in ([], ["a"], ["b"])  # split: the other group's not yet taken in
+    assert alive_at_sampling and all(alive == [] for alive in alive_at_sampling)
+
+
+def test_prefill_groups_fill_one_batch_cache_that_decodes_once(tiny_model):
+    """First prompts of different lengths (no session cached yet), then a new session's
+    prompt beside two continuing ones, one with a long observation: prefilled in groups
+    (any saving splits), they sample the same tokens and log-probs as one group, and
+    each batch decodes once."""
+    import asyncio
+
+    from agentgym_core.interfaces import SamplingParams
+
+    def play(split):
+        model, tokenizer = tiny_model
+        config = HFPolicyConfig(split_prefill_tokens=split, seed=5)
+        policy = HFPolicy(config, model=model, tokenizer=tokenizer)
+        params = SamplingParams(max_new_tokens=5, temperature=1.0)
+        groups = []
+        prefill = policy._prefill
+
+        def spy(pre, sizes, *args):
+            groups.append(len(sizes))
+            return prefill(pre, sizes, *args)
+
+        policy._prefill = spy
+
+        async def turns():
+            first = {"a": list(range(5, 40)), "b": list(range(7, 12))}
+            one = await asyncio.gather(
+                *(policy.generate(p, params, session=s) for s, p in first.items())
+            )
+            second = {
+                "a": first["a"] + one[0].token_ids + [3, 4, 5],
+                "b": first["b"] + one[1].token_ids + list(range(20, 45)),
+                "c": list(range(9, 60)),
+            }
+            two = await asyncio.gather(
+                *(policy.generate(p, params, session=s) for s, p in second.items())
+            )
+            return one + two
+
+        generations = asyncio.run(turns())
+        policy.close()
+        return generations, groups, policy.batch_sizes
+
+    split, groups, batches = play(1)
+    together, one_group, _ = play(0)
+    assert batches == [2, 3] and groups == [2, 3] and one_group == [1, 1]
+    assert [g.token_ids for g in split] == [g.token_ids for g in together]
+    for x, y in zip(split, together, strict=True):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)

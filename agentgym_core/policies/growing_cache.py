@@ -100,7 +100,7 @@ class GrowingLayer(DynamicLayer):
         """
         new = key_states.shape[-2]
         fits = self._fits(new)
-        if not self.is_initialized or self.keys.numel() == 0:
+        if not fits and (not self.is_initialized or self.keys.numel() == 0):
             self.make_room(key_states[..., :0, :], value_states[..., :0, :], new + self.reserve)
         elif not fits:
             self.make_room(self.keys, self.values, max(new, self.keys.shape[-2]))
@@ -112,6 +112,27 @@ class GrowingLayer(DynamicLayer):
         if self.whole and fits:
             return self._key_buffer, self._value_buffer
         return self.keys, self.values
+
+    def group(self, rows: slice, first: int, filled: int) -> GrowingLayer:
+        """A layer over rows `rows` of these buffers, from column `first` on.
+
+        `filled` of its columns count as written. A prefill group writes its keys
+        through it into the batch's buffers in place. Columns before `first` (keys none
+        of the group's rows has) are left out of its attention. Once every group has
+        written, `fill` moves this layer past them all.
+        """
+        view = GrowingLayer(whole=True, dtype=self.buffer_dtype)
+        view.dtype, view.device, view.is_initialized = self.dtype, self.device, True
+        view._key_buffer = self._key_buffer[rows, :, first:]
+        view._value_buffer = self._value_buffer[rows, :, first:]
+        view.keys = view._key_buffer[..., :filled, :]
+        view.values = view._value_buffer[..., :filled, :]
+        return view
+
+    def fill(self, filled: int) -> None:
+        """Count the first `filled` columns as written (by `group` views)."""
+        self.keys = self._key_buffer[..., :filled, :]
+        self.values = self._value_buffer[..., :filled, :]
 
     def drop(self) -> None:
         """Free the buffers (their rows were copied out)."""
@@ -128,13 +149,16 @@ class GrowingLayer(DynamicLayer):
     def _fits(self, new: int) -> bool:
         """The buffer holds the keys (nobody replaced them) with room for `new` tokens."""
         buffer = self._key_buffer
+        keys = self.keys
         return (
             buffer is not None
             and self.is_initialized
-            and self.keys.numel() > 0
-            and self.keys.data_ptr() == buffer.data_ptr()
-            and self.keys.shape[:-2] == buffer.shape[:-2]
-            and self.keys.shape[-2] + new <= buffer.shape[-2]
+            and keys.dim() == buffer.dim()
+            # the same memory, compared by storage: a view of no column has no data pointer
+            and keys.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+            and keys.storage_offset() == buffer.storage_offset()
+            and keys.shape[:-2] == buffer.shape[:-2]
+            and keys.shape[-2] + new <= buffer.shape[-2]
         )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
+from transformers.cache_utils import Cache
 
 from agentgym_core.heap import release_freed_memory
 from agentgym_core.interfaces import SamplingParams
@@ -31,7 +32,7 @@ from agentgym_core.policies.constraints import ActionConstraint
 from agentgym_core.policies.continuous import ContinuousDecoder
 from agentgym_core.policies.growing_cache import growing
 from agentgym_core.policies.hf_config import HFPolicyConfig
-from agentgym_core.policies.prefix_cache import PrefixCache, per_request, shared_rows
+from agentgym_core.policies.prefix_cache import Prefill, PrefixCache, per_request, shared_rows
 from agentgym_core.policies.sampling import Request, Sampler
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.types import Generation
@@ -63,6 +64,7 @@ class HFPolicy:
         draws), `kv_cache` (gathering the sessions' keys and values into a batch and back)."""
         self._decoder: ContinuousDecoder | None = None
         self._compiled_decode: CompiledDecode | None = None
+        self._layout: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.compile_backend: str | None = None
         """`torch.compile`'s backend for `compile_decode`; None: inductor (tests: "eager")."""
 
@@ -216,63 +218,43 @@ class HFPolicy:
                 release_freed_memory()
 
     def _decode(self, batch: list[Request], device: torch.device) -> None:
+        """Prefill the requests' uncached tails in groups, then decode them together.
+
+        Groups of similar tails (`prefill_groups`) each run their own forward pass into
+        the batch's buffers; the decode is one loop over every row.
+        """
+        clock = _Clock(self.seconds, device)
+        compiled = self._compiled(device)
         use_cache = self.config.prefix_cache
         # taken, not looked up: a session's old keys are freed once copied into the batch
         entries = [
             self.cache.lookup(r.session, r.prompt, take=True) if use_cache else None for r in batch
         ]
-        cached = [len(e.token_ids) if e else 0 for e in entries]
-        tails = [len(r.prompt) - n for r, n in zip(batch, cached, strict=True)]
-        # grouped by prefill row: a prompt several requests share is one row of its group
-        rows, firsts = shared_rows([r.prompt for r in batch], entries)
-        groups = []
-        for row_group in prefill_groups([tails[i] for i in firsts], self._split_above(device)):
-            chosen = set(row_group)
-            groups.append([i for i, row in enumerate(rows) if row in chosen])
-        work = [([batch[i] for i in g], [entries[i] for i in g]) for g in groups]
-        del entries  # each group's list is emptied once prefilled: old keys go then
-        for requests, taken in work:
-            self._decode_group(requests, taken, device)
-
-    def _split_above(self, device: torch.device) -> int:
-        """Padded prefill tokens a split must save (`split_prefill_tokens`); 0: never split."""
-        wanted = self.config.split_prefill_tokens
-        if wanted == "auto":
-            return SPLIT_ABOVE_ON_CPU if device.type == "cpu" else 0
-        return wanted
-
-    def _decode_group(self, batch: list[Request], entries: list[Any], device: torch.device) -> None:
-        """Prefill the requests' uncached tails together, then decode them step by step.
-
-        Empties `entries` once they are copied into the batch, so the sessions' old keys are
-        freed while it decodes.
-        """
-        clock = _Clock(self.seconds, device)
-        compiled = self._compiled(device)
-        use_cache = self.config.prefix_cache
+        # in arrival order: an unseeded request takes the sampler's next seed
+        generators = [self.sampler.generator(r.params, device) for r in batch]
+        order, sizes = self._in_groups(batch, entries, device)
+        batch, entries = [batch[i] for i in order], [entries[i] for i in order]
+        generators = [generators[i] for i in order]
+        # a prompt several requests share is one prefill row
         rows, firsts = shared_rows([r.prompt for r in batch], entries)
         longest = max(r.params.max_new_tokens for r in batch)
         room = 0 if compiled else longest  # compiled: decoded into its own buffers
         pre = self.cache.prefill(
-            [batch[i].prompt for i in firsts], [entries[i] for i in firsts], self.pad_id, room
+            [batch[i].prompt for i in firsts],
+            [entries[i] for i in firsts],
+            self.pad_id,
+            room,
+            self._kv_layout(device) if len(sizes) > 1 else None,
         )
-        entries.clear()  # the caller's list: see the docstring
+        del entries  # the sessions' old keys: copied into the batch, freed while it decodes
         prefill_width = pre.attention_mask.shape[1] - room
-        mask = pre.attention_mask  # covering the cache's room: zeros until a token is decoded
+        mask = pre.attention_mask.to(device)  # covering the room: zeros until a token is decoded
         clock.lap("kv_cache")
-        out = self.model(
-            input_ids=pre.input_ids.to(device),
-            attention_mask=mask.to(device),
-            position_ids=pre.position_ids.to(device),
-            past_key_values=pre.cache,
-            use_cache=True,
-            logits_to_keep=1,  # only the last position is sampled from
-        )
+        logits = self._prefill(pre, sizes, mask, device)
         # each request's row of its prompt's prefill: logits, keys, values, mask, position
         logits, attention, last_position = per_request(
-            rows, out.logits[:, -1, :], mask.to(device), pre.position_ids[:, -1:].to(device)
+            rows, logits, mask, pre.position_ids[:, -1:].to(device)
         )
-        del out
         cache = pre.cache  # decoded tokens are written in place, into the room it was made with
         if len(rows) != len(firsts):  # a shared prompt's rows were copied out: room made anew
             for layer in cache.layers:
@@ -282,7 +264,6 @@ class HFPolicy:
         if compiled:
             attention, last_position = compiled.start(cache, attention, last_position, longest)
             del cache, pre
-        generators = [self.sampler.generator(r.params, device) for r in batch]
         clock.lap("prefill")
         live = len(batch)
         for step in range(longest):
@@ -312,6 +293,88 @@ class HFPolicy:
             )
             clock.lap("kv_cache")
 
+    def _in_groups(
+        self, batch: list[Request], entries: list[Any], device: torch.device
+    ) -> tuple[list[int], list[int]]:
+        """The requests in an order that puts each prefill group's rows together.
+
+        Returns that order and the groups' sizes in prefill rows (`prefill_groups`).
+        """
+        cached = [len(e.token_ids) if e else 0 for e in entries]
+        tails = [len(r.prompt) - n for r, n in zip(batch, cached, strict=True)]
+        rows, firsts = shared_rows([r.prompt for r in batch], entries)
+        groups = prefill_groups([tails[i] for i in firsts], self._split_above(device))
+        group_of = {row: g for g, group in enumerate(groups) for row in group}
+        order = sorted(range(len(batch)), key=lambda i: group_of[rows[i]])  # stable
+        return order, [len(g) for g in groups]
+
+    def _split_above(self, device: torch.device) -> int:
+        """A group's cost in padded prefill positions (`split_prefill_tokens`); 0: one group."""
+        wanted = self.config.split_prefill_tokens
+        if wanted == "auto":
+            return SPLIT_ABOVE_ON_CPU if device.type == "cpu" else 0
+        return wanted
+
+    def _prefill(
+        self, pre: Prefill, sizes: list[int], mask: torch.Tensor, device: torch.device
+    ) -> torch.Tensor:
+        """The logits after each prefill row's last token, group by group.
+
+        Each group's forward pass writes its keys into the batch's buffers in place. A
+        group runs its own longest tail, not the batch's, and attends from the first
+        column one of its rows has cached: a new episode's first prompt does not pad the
+        others' observations, nor attend over their caches' width.
+        """
+        cached_width, new_width = max(pre.reused), pre.input_ids.shape[1]
+        split = len(sizes) > 1
+        logits, tails, start = [], [], 0
+        for size in sizes:
+            rows = slice(start, start + size)
+            start += size
+            tail = max(pre.new[rows]) if split else new_width
+            tails.append(tail)
+            first = cached_width - max(pre.reused[rows]) if split else 0
+            cache = pre.cache
+            if split:
+                filled = cached_width + new_width - tail - first
+                cache = Cache(layers=[layer.group(rows, first, filled) for layer in cache.layers])
+            out = self.model(
+                input_ids=pre.input_ids[rows, new_width - tail :].to(device),
+                attention_mask=mask[rows, first:],
+                position_ids=pre.position_ids[rows, new_width - tail :].to(device),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,  # only the last position is sampled from
+            )
+            logits.append(out.logits[:, -1, :])
+            del out
+        if split:
+            for layer in pre.cache.layers:
+                layer.fill(cached_width + new_width)
+            # the cache counted one group's positions, every row to the longest tail
+            ran = sum(size * tail for size, tail in zip(sizes, tails, strict=True))
+            self.cache.padded_tokens -= len(pre.new) * new_width - ran
+        return torch.cat(logits) if len(logits) > 1 else logits[0]
+
+    def _kv_layout(self, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's keys and values of no token, [heads, 0, dim].
+
+        So a batch's buffers can be made before any session has a cache: one token's
+        forward pass, once.
+        """
+        if self._layout is None:
+            was_training = self.model.training
+            self.model.eval()
+            with torch.no_grad():
+                ids = torch.tensor([[self.pad_id]], device=device)
+                out = self.model(input_ids=ids, use_cache=True)
+            self.model.train(was_training)
+            self._layout = [
+                (layer.keys[0, :, :0], layer.values[0, :, :0])
+                for layer in out.past_key_values.layers
+            ]
+        return self._layout
+
     def _compiled(self, device: torch.device) -> CompiledDecode | None:
         """The compiled decode step (`compile_decode`), made at the first batch; None: off."""
         wanted = self.config.compile_decode
@@ -339,8 +402,8 @@ def prefill_groups(tails: Sequence[int], split_above: int) -> list[list[int]]:
     episodes that add a hundred-token observation makes every row compute its
     length. Requests sorted by tail are cut into runs that minimise the tokens
     computed (rows x longest tail, summed) plus `split_above` for every group past
-    the first: each group decodes on its own, which is what the saving must pay
-    for. Returns row indices, short tails first; `split_above` 0: one group. Equal
+    the first: its own forward pass, which the saving must pay for (the groups then
+    decode as one batch). Returns row indices, short tails first; `split_above` 0: one group. Equal
     tails always stay in one group (moving them to the earlier one costs less).
     """
     n = len(tails)

@@ -49,12 +49,12 @@ class HFPolicyConfig(BaseModel):
     )
     split_prefill_tokens: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
         "auto",
-        description="static batching: prefill and decode a batch as groups of similar "
-        "uncached tails, each group past the first charged this many padded prefill positions "
-        "(a new episode's first prompt among episodes that add one observation pads every "
-        "row to its length); 0: never. auto: 1024 on a CPU (a guess, not tuned), never "
-        "elsewhere (not measured there: padding is cheaper on a GPU, another decode loop "
-        "may not be).",
+        description="static batching: prefill a batch as groups of similar uncached tails, "
+        "each group's forward pass charged this many padded prefill positions (a new "
+        "episode's first prompt among episodes that add one observation pads every row to "
+        "its length); the groups write one batch cache and decode together; 0: one group. "
+        "auto: 1024 on a CPU (not tuned), one group elsewhere (not measured there: padding "
+        "is cheaper on a GPU).",
     )
     compile_decode: bool | Literal["auto"] = Field(
         False,

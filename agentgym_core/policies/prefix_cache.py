@@ -45,6 +45,8 @@ class Prefill:
     `room` more (`GrowingLayer`): the prefill and the decode write into them in place."""
     reused: list[int]
     """Cached prefix length used for each row."""
+    new: list[int]
+    """Uncached tail length of each row: the tokens the prefill computes."""
 
 
 class PrefixCache:
@@ -108,8 +110,15 @@ class PrefixCache:
         entries: Sequence[Entry | None],
         pad_id: int,
         room: int = 0,
+        layout: Sequence[KeysValues] | None = None,
     ) -> Prefill:
-        """Batch inputs that run only each prompt's uncached tail; `room`: tokens to decode."""
+        """Batch inputs that run only each prompt's uncached tail; `room`: tokens to decode.
+
+        `layout`, each layer's keys and values of no token ([heads, 0, dim]), has the
+        buffers made even when no row has a cache, so that groups of rows can prefill
+        into them in place (`GrowingLayer.group`); without it such a batch's buffers
+        are made at the prefill's first write.
+        """
         reused = [len(e.token_ids) if e else 0 for e in entries]
         new = [list(p[r:]) for p, r in zip(prompts, reused, strict=True)]
         cached_width, new_width = max(reused), max(len(n) for n in new)
@@ -125,21 +134,27 @@ class PrefixCache:
         self.reused_tokens += sum(reused)
         self.computed_tokens += sum(len(n) for n in new)
         self.padded_tokens += rows * new_width
-        cache = self._batch_cache(entries, cached_width, new_width, room)
-        return Prefill(ids, attention, positions, cache, reused)
+        cache = self._batch_cache(entries, cached_width, new_width, room, layout)
+        return Prefill(ids, attention, positions, cache, reused, [len(n) for n in new])
 
     def _batch_cache(
-        self, entries: Sequence[Entry | None], width: int, tail: int, room: int
+        self,
+        entries: Sequence[Entry | None],
+        width: int,
+        tail: int,
+        room: int,
+        layout: Sequence[KeysValues] | None,
     ) -> Cache:
         """The entries' keys and values right-aligned in `width` columns.
 
         With room for the `tail` tokens prefilled next and `room` decoded after them.
         """
-        template = next((e for e in entries if e is not None), None)
-        if template is None or width == 0:
+        template = next((e for e in entries if e is not None and e.token_ids), None)
+        shapes = template.layers if template is not None else layout
+        if shapes is None:
             return growing_layers(room, whole=True, dtype=self.kv_dtype)
         layers = []
-        for index, (keys, values) in enumerate(template.layers):
+        for index, (keys, values) in enumerate(shapes):
             layer = GrowingLayer.zeros(
                 len(entries), keys, values, width, tail + room, whole=True, dtype=self.kv_dtype
             )
