@@ -389,9 +389,10 @@ class HFPolicy:
         return self._compiled_decode
 
 
-SPLIT_ABOVE_ON_CPU = 1024
-"""`split_prefill_tokens: auto` on a CPU: a guess at one more decode loop's cost in prefill
-positions, not tuned (benchmarks/README.md, prefill groups)."""
+SPLIT_ABOVE_ON_CPU = 32
+"""`split_prefill_tokens: auto` on a CPU: what one more group's forward pass costs, in prefill
+positions. 32 and 128 ran within 3% of each other, 512 gave back the gain (benchmarks/README.md,
+prefill groups)."""
 
 
 def prefill_groups(tails: Sequence[int], split_above: int) -> list[list[int]]:

@@ -53,7 +53,7 @@ class HFPolicyConfig(BaseModel):
         "each group's forward pass charged this many padded prefill positions (a new "
         "episode's first prompt among episodes that add one observation pads every row to "
         "its length); the groups write one batch cache and decode together; 0: one group. "
-        "auto: 1024 on a CPU (not tuned), one group elsewhere (not measured there: padding "
+        "auto: 32 on a CPU (measured), one group elsewhere (not measured there: padding "
         "is cheaper on a GPU).",
     )
     compile_decode: bool | Literal["auto"] = Field(
