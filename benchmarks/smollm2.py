@@ -39,10 +39,11 @@ interleaved per repeat.
     .venv/bin/python benchmarks/smollm2.py --long-turns --turns 3 --repeats 2
 
 Prefill groups (`--split-prefill`): AgentGym's first `--tasks` BabyAI test
-tasks, constrained, 20 turns, 24 in flight, SmolLM2 in bfloat16 loaded as a run
-loads it; arms: the `hf` policy's `split_prefill_tokens`, `0` (a batch's prefill
-padded to its longest uncached tail, as before) and `auto`; each in a fresh
-process, interleaved per repeat.
+tasks, constrained (`--free`: free text, up to 32 tokens a turn), 20 turns, 24
+in flight, SmolLM2 in bfloat16 loaded as a run loads it; arms: the `hf`
+policy's `split_prefill_tokens` (`0`: one group, every row padded to the longest
+uncached tail; `auto`; a number), each in a fresh process, interleaved per
+repeat; `ARM@COMMIT` runs that commit's code.
 
     .venv/bin/python benchmarks/smollm2.py --split-prefill --repeats 1
 
@@ -318,9 +319,11 @@ def long_turns(args: argparse.Namespace) -> None:
 def split_prefill(args: argparse.Namespace) -> None:
     """Each `split_prefill_tokens` arm in a fresh process, interleaved per repeat."""
     arms = args.arms or SPLIT_ARMS
-    runs = interleaved(arms, args.repeats, "--one-split", "--tasks", str(args.tasks))
+    options = ["--tasks", str(args.tasks)] + (["--free"] if args.free else [])
+    runs = interleaved(arms, args.repeats, "--one-split", *options)
+    mode = "free text" if args.free else "constrained"
     print(
-        f"\nAgentGym's first {args.tasks} BabyAI test tasks, constrained, 20 turns, 24 in "
+        f"\nAgentGym's first {args.tasks} BabyAI test tasks, {mode}, 20 turns, 24 in "
         f"flight; medians of {args.repeats}; tokens: the prefills' real and padded positions\n"
     )
     print("| split_prefill_tokens | seconds | prefill s | decode s | real | padded | speed |")
@@ -335,7 +338,7 @@ def split_prefill(args: argparse.Namespace) -> None:
         )
 
 
-def one_split_run(arm: str, tasks: int) -> dict:
+def one_split_run(arm: str, tasks: int, free: bool) -> dict:
     """AgentGym's BabyAI test tasks through `hf` with `split_prefill_tokens: arm`."""
     from agentgym_env_babyai import BabyAIConfig
     from agentgym_env_babyai.plugin import make_babyai
@@ -356,7 +359,7 @@ def one_split_run(arm: str, tasks: int) -> dict:
     settings = RolloutSettings(
         max_turns=20,
         max_new_tokens=32,
-        constrained=True,
+        constrained=not free,
         seed=0,
         concurrency=24,
         max_context_tokens=4096,
@@ -494,6 +497,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one-long", help=argparse.SUPPRESS)
     parser.add_argument("--split-prefill", action="store_true", help="hf's prefill groups")
     parser.add_argument("--tasks", type=int, default=36, help="--split-prefill: test tasks")
+    parser.add_argument("--free", action="store_true", help="--split-prefill: free text")
     parser.add_argument("--one-split", help=argparse.SUPPRESS)
     parser.add_argument("--sampler-gap", action="store_true", help="bf16 sampler vs learner")
     parser.add_argument("--one-gap", help=argparse.SUPPRESS)
@@ -505,7 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.one_long:
         print(json.dumps(one_long_run(args.one_long, args.turns)))
     elif args.one_split:
-        print(json.dumps(one_split_run(args.one_split, args.tasks)))
+        print(json.dumps(one_split_run(args.one_split, args.tasks, args.free)))
     elif args.split_prefill:
         split_prefill(args)
     elif args.one_gap:

@@ -14,7 +14,8 @@ one, transformers drops the mask of a single query and the room would be
 attended). Otherwise it attends over a view of the filled part. When the room
 runs out it doubles (one copy). The prefix cache assembles a
 batch's cached keys straight into such buffers (`GrowingLayer.zeros`), with room
-for the new tail and the turn's tokens, so a turn copies its cache once;
+for the new tail and the turn's tokens, so a turn copies its cache once
+(`group`: a prefill group's rows of those buffers, written in place);
 `growing` does the same for a cache that was made some other way.
 
 The buffers may be wider than the model's keys (`dtype`): on a CPU without
@@ -100,9 +101,9 @@ class GrowingLayer(DynamicLayer):
         """
         new = key_states.shape[-2]
         fits = self._fits(new)
-        if not fits and (not self.is_initialized or self.keys.numel() == 0):
+        if not fits and (not self.is_initialized or self.keys.numel() == 0):  # first tokens
             self.make_room(key_states[..., :0, :], value_states[..., :0, :], new + self.reserve)
-        elif not fits:
+        elif not fits:  # out of room: double
             self.make_room(self.keys, self.values, max(new, self.keys.shape[-2]))
         filled = self.keys.shape[-2]
         self._key_buffer[..., filled : filled + new, :] = key_states
