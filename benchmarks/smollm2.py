@@ -29,12 +29,13 @@ tokens, float32 and bfloat16, transformers' `sdpa` and agentgym's `sdpa_gqa`.
     .venv/bin/python benchmarks/smollm2.py --prefill --repeats 3
 
 Long turns (`--long-turns`): the `hf` policy on SmolLM2 in bfloat16, loaded as
-a run loads it, on 32 sessions whose first prompts are 2,000 random tokens,
-then turns of 100 new tokens each and 16 sampled; per turn its time by part
-(the policy's timers) and peak resident memory. Arms: the policy's
-`kv_cache_dtype`, `model` (the cache in bfloat16) and `auto` (float32 where the
-CPU emulates bfloat16, else the same as `model`), each in a fresh process,
-interleaved per repeat.
+a run loads it, on 32 sessions (`--sessions`) whose first prompts are 2,000
+random tokens (`--context`), then turns of 100 new tokens each and 16 sampled;
+per turn its time by part (the policy's timers, static batching only) and peak
+resident memory. Arms: the policy's `kv_cache_dtype`, `model` (the cache in
+bfloat16) and `auto` (float32 where the CPU emulates bfloat16, else the same as
+`model`), optionally with its `batching` (`auto:continuous`), each in a fresh
+process, interleaved per repeat.
 
     .venv/bin/python benchmarks/smollm2.py --long-turns --turns 3 --repeats 2
 
@@ -63,6 +64,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -72,7 +74,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CODE = "SMOLLM2_BENCHMARK_CODE"
+"""Set by `interleaved` for an `ARM@COMMIT` arm: a worktree whose `agentgym_core` is imported."""
 sys.path.insert(0, str(ROOT))
+if os.environ.get(CODE):
+    sys.path.insert(0, os.environ[CODE])
 
 from benchmarks.memory import peak_rss_mib  # noqa: E402
 
@@ -98,22 +104,22 @@ def interleaved(arms: list[str], repeats: int, flag: str, *options: str) -> dict
     """Each arm `repeats` times, each time a fresh process of this script (`flag ARM options`),
     the arms interleaved within each repeat; per arm, the JSON each process printed last.
 
-    An arm `ARM@COMMIT` runs that commit's script and `agentgym_core` (a git worktree made
-    for the command): a change measured against the code before it, in one command.
+    An arm `ARM@COMMIT` runs with that commit's `agentgym_core` (from a git worktree made for
+    the command, first on the child's path): a change measured against the code before it,
+    by the same measurement, in one command.
     """
     runs: dict[str, list] = {arm: [] for arm in arms}
     with contextlib.ExitStack() as stack:
-        scripts = {
-            arm: stack.enter_context(worktree(arm.partition("@")[2])) / "benchmarks/smollm2.py"
-            if "@" in arm
-            else Path(__file__)
+        code = {
+            arm: str(stack.enter_context(worktree(arm.partition("@")[2])))
             for arm in arms
+            if "@" in arm
         }
         for _ in range(repeats):
             for arm in runs:
-                name = arm.partition("@")[0]
-                command = [sys.executable, str(scripts[arm]), flag, name, *options]
-                out = subprocess.run(command, check=True, capture_output=True, text=True)
+                command = [sys.executable, __file__, flag, arm.partition("@")[0], *options]
+                env = {**os.environ, CODE: code[arm]} if arm in code else None
+                out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
                 runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
     return runs
 
@@ -292,12 +298,13 @@ def prefill(args: argparse.Namespace) -> None:
 def long_turns(args: argparse.Namespace) -> None:
     """Each arm in a fresh process, interleaved per repeat; per turn, medians over repeats."""
     arms = args.arms or LONG_TURN_ARMS
-    runs = interleaved(arms, args.repeats, "--one-long", "--turns", str(args.turns))
+    sizes = ["--sessions", str(args.sessions), "--context", str(args.context)]
+    runs = interleaved(arms, args.repeats, "--one-long", "--turns", str(args.turns), *sizes)
     print(
-        f"\n{SESSIONS} sessions, first prompts of {CONTEXT} tokens, then turns of 100 new "
-        f"tokens and {NEW_TOKENS} sampled; seconds: the turn's wall time, then the policy's "
-        f"timers; medians of {args.repeats}; peak RSS: the process's high-water mark by the "
-        "turn's end (model load included), first repeat\n"
+        f"\n{args.sessions} sessions, first prompts of {args.context} tokens, then turns of "
+        f"100 new tokens and {NEW_TOKENS} sampled; seconds: the turn's wall time, then the "
+        f"policy's timers; medians of {args.repeats}; peak RSS: the process's high-water mark "
+        "by the turn's end (model load included), first repeat\n"
     )
     print("| arm | turn | context | seconds | prefill | decode | kv_cache | peak RSS MiB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -433,8 +440,9 @@ def one_gap_run(arm: str, turns: int) -> dict:
     return {"tokens": gap.numel(), "mean": float(gap.mean()), "max": float(gap.max())}
 
 
-def one_long_run(arm: str, turns: int) -> list[dict]:
-    """`turns` turns of the `hf` policy with `kv_cache_dtype: arm` on SmolLM2 in bfloat16.
+def one_long_run(arm: str, turns: int, sessions: int, context: int) -> list[dict]:
+    """`turns` turns of the `hf` policy on SmolLM2 in bfloat16; `arm`: `KV_CACHE_DTYPE` or
+    `KV_CACHE_DTYPE:BATCHING`.
 
     The model loaded as a run loads it (`load_model`: `sdpa_gqa`, and float32 kernels
     where the CPU emulates bfloat16).
@@ -448,10 +456,12 @@ def one_long_run(arm: str, turns: int) -> list[dict]:
     from agentgym_core.run.components import load_model
 
     model, tokenizer = load_model(model_dir(), "bfloat16")
-    policy = HFPolicy(HFPolicyConfig(kv_cache_dtype=arm), model=model, tokenizer=tokenizer)
+    kv_dtype, _, batching = arm.partition(":")
+    config = HFPolicyConfig(kv_cache_dtype=kv_dtype, batching=batching or "static")
+    policy = HFPolicy(config, model=model, tokenizer=tokenizer)
     draw = torch.Generator().manual_seed(0)
     prompts = [
-        torch.randint(100, 40_000, (CONTEXT,), generator=draw).tolist() for _ in range(SESSIONS)
+        torch.randint(100, 40_000, (context,), generator=draw).tolist() for _ in range(sessions)
     ]
     params = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0)
     rows: list[dict] = []
@@ -495,6 +505,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one-update", help=argparse.SUPPRESS)
     parser.add_argument("--one-play", help=argparse.SUPPRESS)
     parser.add_argument("--one-long", help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=SESSIONS, help="--long-turns: sessions")
+    parser.add_argument("--context", type=int, default=CONTEXT, help="--long-turns: first prompt")
     parser.add_argument("--split-prefill", action="store_true", help="hf's prefill groups")
     parser.add_argument("--tasks", type=int, default=36, help="--split-prefill: test tasks")
     parser.add_argument("--free", action="store_true", help="--split-prefill: free text")
@@ -507,7 +519,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.one_play:
         print(json.dumps(play(args.one_play, args.turns)))
     elif args.one_long:
-        print(json.dumps(one_long_run(args.one_long, args.turns)))
+        print(json.dumps(one_long_run(args.one_long, args.turns, args.sessions, args.context)))
     elif args.one_split:
         print(json.dumps(one_split_run(args.one_split, args.tasks, args.free)))
     elif args.split_prefill:
@@ -532,3 +544,7 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    # done and printed: skip the interpreter's teardown, which aborted the process where the
+    # `hf` policy's close did not wait for its continuous decoder (an `@COMMIT` arm's code)
+    sys.stdout.flush()
+    os._exit(0)

@@ -94,11 +94,12 @@ def test_auto_keeps_float32_keys_only_for_bf16_sdpa_gqa_on_an_emulating_cpu(
 
 
 @pytest.mark.usefixtures("emulated")
-def test_a_float32_cache_samples_closer_to_what_the_learner_scores(bf16_model):
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_a_float32_cache_samples_closer_to_what_the_learner_scores(bf16_model, batching):
     model, tokenizer = bf16_model
     wide, narrow = [], []
-    float32_kept = _play(model, tokenizer, wide)
-    bf16_kept = _play(model, tokenizer, narrow, kv_cache_dtype="model")
+    float32_kept = _play(model, tokenizer, wide, batching=batching)
+    bf16_kept = _play(model, tokenizer, narrow, kv_cache_dtype="model", batching=batching)
     assert wide and set(wide) == {torch.float32}
     assert narrow and set(narrow) == {torch.bfloat16}
     assert sum(len(t.token_ids) for t in float32_kept) > 500
@@ -108,13 +109,11 @@ def test_a_float32_cache_samples_closer_to_what_the_learner_scores(bf16_model):
 
 
 @pytest.mark.usefixtures("emulated")
-@pytest.mark.parametrize("options", [{"batching": "continuous"}, {"compile_decode": True}])
-def test_auto_leaves_the_paths_it_was_not_measured_on_in_the_models_dtype(bf16_model, options):
-    """Continuous batching concatenates its cache every step, and the compiled step's fixed
-    buffers take the model's keys as they are: both keep the cache bfloat16, and run."""
+def test_auto_leaves_the_compiled_decode_in_the_models_dtype(bf16_model):
+    """The compiled step's fixed buffers take the model's keys as they are: bfloat16, and run."""
     model, tokenizer = bf16_model
     kept = []
-    trajectories = _play(model, tokenizer, kept, **options)
+    trajectories = _play(model, tokenizer, kept, compile_decode=True)
     assert kept and set(kept) == {torch.bfloat16}
     assert all(t.num_sampled_tokens > 0 for t in trajectories)
 

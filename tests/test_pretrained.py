@@ -209,3 +209,35 @@ def _sampled_turns(traj) -> list[list[int]]:
             turns[-1].append(token)
         previous = mask
     return turns
+
+
+def test_a_process_that_closes_a_continuous_policy_exits_cleanly(smollm2_dir):
+    """`close` waits for the decoder thread: one still alive when the interpreter exits
+    aborted the process ("terminate called without an active exception"), as this
+    script's exit did before the wait."""
+    import subprocess
+    import sys
+
+    script = f"""
+import asyncio
+from agentgym_core.interfaces import SamplingParams
+from agentgym_core.policies.hf import HFPolicy, HFPolicyConfig
+from agentgym_core.run.components import load_model
+model, tokenizer = load_model({str(smollm2_dir)!r}, "bfloat16")
+policy = HFPolicy(HFPolicyConfig(batching="continuous"), model=model, tokenizer=tokenizer)
+params = SamplingParams(max_new_tokens=4)
+async def turns():
+    prompts = [list(range(100, 150)), list(range(200, 260))]
+    for _ in range(2):
+        outs = await asyncio.gather(
+            *(policy.generate(p, params, session=i) for i, p in enumerate(prompts))
+        )
+        prompts = [p + o.token_ids + [7] * 20 for p, o in zip(prompts, outs)]
+asyncio.run(turns())
+policy.close()
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -10,7 +10,10 @@ their episodes step their environments while the others still decode.
 Rows of the running batch have caches of different lengths, laid out as in
 `prefix_cache`: left-padded columns masked out, explicit position ids. Rows
 that join are left-padded to the batch's width (or the batch to theirs);
-columns no live row uses are cut off after rows leave. Sampling is the static
+columns no live row uses are cut off after rows leave. The keys sit in buffers
+with free columns that each step writes into (`GrowingLayer`), in float32 where
+`kv_cache_dtype: auto` says so: joining and leaving copy the cache, a decode
+step does not. Sampling is the static
 path's (`sampling.Sampler`, per-request Gumbel-max seeds), so the tokens do
 not depend on which requests shared a step.
 """
@@ -22,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
+from agentgym_core.policies.growing_cache import GrowingLayer
 from agentgym_core.policies.prefix_cache import PrefixCache, per_request, shared_rows
 from agentgym_core.policies.sampling import Request, Sampler
 
@@ -33,52 +37,101 @@ STOP = None
 
 @dataclass
 class RunningBatch:
-    """The live rows: their requests, per-layer keys and values, mask and positions."""
+    """The live rows: their requests, per-layer keys and values, mask and positions.
+
+    Each layer's keys and values sit in buffers with free columns after the `width`
+    used ones, where every decode step writes its token in place (`GrowingLayer`):
+    a step does not copy the cache, as concatenating at every token did. Rows
+    joining or leaving copy it once.
+    """
 
     requests: list[Request]
-    layers: list[tuple[torch.Tensor, torch.Tensor]]  # [rows, heads, width, dim] each
+    layers: list[tuple[torch.Tensor, torch.Tensor]]  # [rows, heads, capacity, dim] each
     attention: torch.Tensor  # [rows, width], 1 where a column holds a real token
     position: torch.Tensor  # [rows, 1], the position of each row's last fed token
     pending: torch.Tensor  # [rows], each row's last sampled token, fed next step
 
     @property
     def width(self) -> int:
-        """Columns of the cache (cached, fed and padding)."""
+        """Columns of the cache in use (cached, fed and padding)."""
         return int(self.attention.shape[1])
 
-    def join(self, other: RunningBatch) -> RunningBatch:
-        """Both batches' rows in one, the narrower left-padded to the wider's width."""
+    @property
+    def capacity(self) -> int:
+        """Columns of the buffers: in use and free."""
+        return int(self.layers[0][0].shape[2])
+
+    def join(self, other: RunningBatch, room: int) -> RunningBatch:
+        """Both batches' rows in one, each right-aligned to the wider's width, `room` free."""
         if not self.requests:
-            return other
+            return other.with_room(room)
         width = max(self.width, other.width)
-        mine, theirs = _pad_layers(self.layers, width), _pad_layers(other.layers, width)
+        layers = [
+            _buffers([(k1[:, :, : self.width], v1[:, :, : self.width]), (k2, v2)], width, room)
+            for (k1, v1), (k2, v2) in zip(self.layers, other.used_layers(), strict=True)
+        ]
         return RunningBatch(
             self.requests + other.requests,
-            [
-                (torch.cat([k1, k2]), torch.cat([v1, v2]))
-                for (k1, v1), (k2, v2) in zip(mine, theirs, strict=True)
-            ],
+            layers,
             torch.cat([_pad_columns(self.attention, width), _pad_columns(other.attention, width)]),
             torch.cat([self.position, other.position]),
             torch.cat([self.pending, other.pending]),
         )
 
     def keep(self, rows: list[int]) -> RunningBatch:
-        """Only `rows`, without the leading columns none of them uses."""
+        """Only `rows`, without the leading columns none of them uses; the free room kept."""
         index = torch.tensor(rows, dtype=torch.long)
         attention = self.attention.index_select(0, index)
         used = attention.any(dim=0).nonzero()
         start = int(used[0]) if len(used) else attention.shape[1]
+        columns = slice(start, self.width)
+        layers = [  # row by row, views: each kept column is copied once
+            _buffers(
+                [(k[row : row + 1, :, columns], v[row : row + 1, :, columns]) for row in rows],
+                self.width - start,
+                self.capacity - self.width,
+            )
+            for k, v in self.layers
+        ]
         return RunningBatch(
             [self.requests[row] for row in rows],
-            [
-                (k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:])
-                for k, v in self.layers
-            ],
+            layers,
             attention[:, start:],
             self.position.index_select(0, index),
             self.pending.index_select(0, index),
         )
+
+    def with_room(self, room: int) -> RunningBatch:
+        """These rows in buffers with at least `room` free columns (copied only if short)."""
+        if self.capacity - self.width >= room:
+            return self
+        layers = [_buffers([kv], self.width, room) for kv in self.used_layers()]
+        return RunningBatch(self.requests, layers, self.attention, self.position, self.pending)
+
+    def used_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's keys and values over the columns in use (views)."""
+        return [(k[:, :, : self.width], v[:, :, : self.width]) for k, v in self.layers]
+
+
+def _buffers(
+    parts: list[tuple[torch.Tensor, torch.Tensor]], width: int, room: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """New buffers holding `parts`' keys and values, stacked by row.
+
+    Each part ([rows, heads, columns, dim]) right-aligned to `width` columns, then
+    `room` free columns.
+    """
+    keys, values = parts[0]
+    rows = sum(k.shape[0] for k, _ in parts)
+    out_keys = keys.new_zeros((rows, keys.shape[1], width + room, keys.shape[3]))
+    out_values = values.new_zeros((rows, values.shape[1], width + room, values.shape[3]))
+    row = 0
+    for k, v in parts:
+        n, used = k.shape[0], k.shape[2]
+        out_keys[row : row + n, :, width - used : width] = k
+        out_values[row : row + n, :, width - used : width] = v
+        row += n
+    return out_keys, out_values
 
 
 def _pad_columns(tensor: torch.Tensor, width: int) -> torch.Tensor:
@@ -86,20 +139,6 @@ def _pad_columns(tensor: torch.Tensor, width: int) -> torch.Tensor:
     if missing == 0:
         return tensor
     return torch.cat([tensor.new_zeros((tensor.shape[0], missing)), tensor], dim=1)
-
-
-def _pad_layers(
-    layers: list[tuple[torch.Tensor, torch.Tensor]], width: int
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    out = []
-    for keys, values in layers:
-        missing = width - keys.shape[2]
-        if missing:
-            shape = (keys.shape[0], keys.shape[1], missing, keys.shape[3])
-            keys = torch.cat([keys.new_zeros(shape), keys], dim=2)
-            values = torch.cat([values.new_zeros(shape), values], dim=2)
-        out.append((keys, values))
-    return out
 
 
 def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -240,25 +279,34 @@ class ContinuousDecoder:
             position.to(device),
             next_ids.to(device),
         )
+        live = arrived + (self.batch.requests if self.batch is not None else [])
+        room = max(r.params.max_new_tokens - len(r.tokens) for r in live) + 1
         if self.batch is not None:
             self.joined += len(arrived)
-        self.batch = joined if self.batch is None else self.batch.join(joined)
+        self.batch = joined.with_room(room) if self.batch is None else self.batch.join(joined, room)
 
     def _decode_step(self) -> None:
         """Feed every live row's pending token; sample the next."""
         batch = self.batch
         assert batch is not None
+        if batch.capacity == batch.width:  # out of room: double
+            batch = batch.with_room(batch.width)
         ones = batch.attention.new_ones((len(batch.requests), 1))
         attention = torch.cat([batch.attention, ones], dim=1)
         position = batch.position + 1
+        # the whole buffers are attended, the free columns masked (`GrowingLayer`, whole)
+        free = attention.new_zeros((len(batch.requests), batch.capacity - batch.width - 1))
+        mask = torch.cat([attention, free], dim=1)
+        cache = Cache(layers=[GrowingLayer.over(k, v, batch.width) for k, v in batch.layers])
         out = self.model(
             input_ids=batch.pending.unsqueeze(1),
-            attention_mask=attention,
+            attention_mask=mask,
             position_ids=position,
-            past_key_values=DynamicCache(ddp_cache_data=batch.layers),
+            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         )
+        del out.past_key_values  # the token's keys are in the batch's buffers
         self.batch_sizes.append(len(batch.requests))
         requests = batch.requests
         for request in requests:
@@ -266,9 +314,7 @@ class ContinuousDecoder:
         generators = [r.generator for r in requests]
         next_ids, _ = self.sampler.sample(requests, out.logits[:, -1, :].float(), generators)
         pending = next_ids.to(attention.device)
-        self.batch = RunningBatch(
-            requests, _layers(out.past_key_values), attention, position, pending
-        )
+        self.batch = RunningBatch(requests, batch.layers, attention, position, pending)
 
     def _release_finished(self) -> None:
         """Answer the finished rows, keep their KV state for the episode's next turn."""

@@ -122,13 +122,21 @@ class GrowingLayer(DynamicLayer):
         of the group's rows has) are left out of its attention. Once every group has
         written, `fill` moves this layer past them all.
         """
-        view = GrowingLayer(whole=True, dtype=self.buffer_dtype)
-        view.dtype, view.device, view.is_initialized = self.dtype, self.device, True
-        view._key_buffer = self._key_buffer[rows, :, first:]
-        view._value_buffer = self._value_buffer[rows, :, first:]
-        view.keys = view._key_buffer[..., :filled, :]
-        view.values = view._value_buffer[..., :filled, :]
-        return view
+        keys, values = self._key_buffer[rows, :, first:], self._value_buffer[rows, :, first:]
+        return GrowingLayer.over(keys, values, filled)
+
+    @classmethod
+    def over(cls, keys: torch.Tensor, values: torch.Tensor, filled: int) -> GrowingLayer:
+        """A layer whose buffers are `keys` and `values`, the first `filled` columns written.
+
+        Attended whole: the caller's mask covers the free columns.
+        """
+        layer = cls(whole=True, dtype=keys.dtype)
+        layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
+        layer._key_buffer, layer._value_buffer = keys, values
+        layer.keys = keys[..., :filled, :]
+        layer.values = values[..., :filled, :]
+        return layer
 
     def fill(self, filled: int) -> None:
         """Count the first `filled` columns as written (by `group` views)."""

@@ -63,6 +63,7 @@ class HFPolicy:
         first forward pass), `decode` (the one-token passes after it), `sampling` (masks and
         draws), `kv_cache` (gathering the sessions' keys and values into a batch and back)."""
         self._decoder: ContinuousDecoder | None = None
+        self._decoder_thread: threading.Thread | None = None
         self._compiled_decode: CompiledDecode | None = None
         self._layout: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.compile_backend: str | None = None
@@ -123,6 +124,10 @@ class HFPolicy:
         if self._decoder is not None:
             self._decoder.stop()
             self._decoder = None
+        if self._decoder_thread is not None:
+            # waited for: a thread still in torch when the interpreter exits aborts the process
+            self._decoder_thread.join(timeout=60)
+            self._decoder_thread = None
         self._compiled_decode = None  # its buffers: every row's keys and values at capacity
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -150,7 +155,8 @@ class HFPolicy:
                 started.set()
                 decoder.run()
 
-            threading.Thread(target=run, name="hf-continuous", daemon=True).start()
+            self._decoder_thread = threading.Thread(target=run, name="hf-continuous", daemon=True)
+            self._decoder_thread.start()
             started.wait()
             if config.num_threads:
                 torch.set_num_threads(before)  # see generation_thread
@@ -426,17 +432,11 @@ def prefill_groups(tails: Sequence[int], split_above: int) -> list[list[int]]:
 
 
 def _wider_cache_pays(config: HFPolicyConfig) -> bool:
-    """`kv_cache_dtype: auto` on the path it was measured on: static batching, not compiled.
+    """`kv_cache_dtype: auto` where the cache is written in place: not compiled.
 
-    The compiled step's fixed buffers take the model's keys as they are, and
-    continuous batching concatenates its whole cache at every step (twice the bytes
-    in float32: not measured).
+    The compiled step's fixed buffers take the model's keys as they are.
     """
-    return (
-        config.kv_cache_dtype == "auto"
-        and config.batching == "static"
-        and config.compile_decode is not True
-    )
+    return config.kv_cache_dtype == "auto" and config.compile_decode is not True
 
 
 def generation_thread(threads: int) -> concurrent.futures.ThreadPoolExecutor:

@@ -23,7 +23,7 @@ class HFPolicyConfig(BaseModel):
         description="The dtype of the keys and values kept while sampling. model: the model's; "
         "auto: float32 for a bfloat16 model with sdpa_gqa attention (the default) on a CPU "
         "without bfloat16 instructions, where attention over a bfloat16 cache is emulated "
-        "(decoding 4.4x slower at 2,000 tokens), with static batching and no compile_decode; "
+        "(decoding 4.4x slower at 2,000 tokens), without compile_decode; "
         "the model's otherwise. "
         "float32 holds the bfloat16 keys exactly, in twice the memory.",
     )
