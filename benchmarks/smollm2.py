@@ -104,9 +104,10 @@ def interleaved(arms: list[str], repeats: int, flag: str, *options: str) -> dict
     """Each arm `repeats` times, each time a fresh process of this script (`flag ARM options`),
     the arms interleaved within each repeat; per arm, the JSON each process printed last.
 
-    An arm `ARM@COMMIT` runs with that commit's `agentgym_core` (from a git worktree made for
-    the command, first on the child's path): a change measured against the code before it,
-    by the same measurement, in one command.
+    An arm `ARM@COMMIT` runs this script with that commit's `agentgym_core` and `benchmarks`
+    package (a git worktree made for the command, first on the child's path; the plugins
+    are the installed ones): a change measured against the code before it, by the same
+    measurement, in one command.
     """
     runs: dict[str, list] = {arm: [] for arm in arms}
     with contextlib.ExitStack() as stack:

@@ -41,7 +41,11 @@ def _turns(policy: HFPolicy, tokenizer) -> list:
 
 
 def _policy(model, tokenizer, compiled: bool, backend: str | None = "eager") -> HFPolicy:
-    config = HFPolicyConfig(max_batch_size=8, compile_decode=compiled, gather_ms=50.0)
+    # split_prefill_tokens 1: prompts of different lengths prefill in groups, into buffers
+    # without room when compiled
+    config = HFPolicyConfig(
+        max_batch_size=8, compile_decode=compiled, gather_ms=50.0, split_prefill_tokens=1
+    )
     policy = HFPolicy(config, model=model, tokenizer=tokenizer)
     policy.compile_backend = backend  # eager: the compiled path without C++ code generation
     return policy

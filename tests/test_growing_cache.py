@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import DynamicCache
 
@@ -91,3 +92,22 @@ def test_a_batch_of_cached_sessions_is_prefilled_and_decoded_in_the_buffers_it_w
                 torch.testing.assert_close(out.logits[row, -1], whole, rtol=0, atol=1e-5)
     assert [layer._key_buffer.data_ptr() for layer in pre.cache.layers] == buffers
     assert all(layer.keys.shape[-2] == attention.shape[1] for layer in pre.cache.layers)
+
+
+def test_group_views_write_into_the_batch_buffers_and_refuse_to_outgrow_them():
+    """A prefill group writes its rows' keys through a view (from column `first`, `filled`
+    written, zero columns included); `fill` then counts them; a view out of room raises
+    rather than write into buffers of its own, which the batch would never see."""
+    batch = GrowingLayer.zeros(3, torch.zeros(1, 0, 2), torch.zeros(1, 0, 2), 2, 4, whole=True)
+    view = batch.group(slice(1, 3), first=1, filled=0)  # nothing written yet: a zero-width view
+    new = torch.ones(2, 1, 3, 2)
+    k, _ = view.update(new, new * 2)
+    assert k.shape == (2, 1, 5, 2)  # the whole view (columns 1-5), the room included
+    assert torch.equal(batch._key_buffer[1:3, :, 1:4], new)  # landed in the batch's buffers
+    assert torch.equal(batch._value_buffer[1:3, :, 1:4], new * 2)
+    assert batch._key_buffer[0].abs().sum() == 0  # the other group's row untouched
+    batch.fill(4)
+    assert batch.keys.shape[-2] == 4
+    full = GrowingLayer.over(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2), filled=2)
+    with pytest.raises(RuntimeError, match="no room for 2 tokens"):
+        full.update(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2))

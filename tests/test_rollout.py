@@ -172,6 +172,52 @@ def test_continuous_admission_prefills_a_shared_prompt_once(tiny_model):
             assert torch.allclose(keys[i][:, row], alone_keys, atol=1e-5)  # padding moves rounding
 
 
+def test_a_full_continuous_batch_doubles_its_buffers_and_samples_as_one_with_room(tiny_model):
+    """Decode steps write into the batch's free columns; a batch with none left doubles its
+    buffers first and samples what a batch with room samples; rows that leave keep the
+    room and their columns."""
+    from agentgym_core.interfaces import SamplingParams
+    from agentgym_core.policies.continuous import ContinuousDecoder, RunningBatch
+    from agentgym_core.policies.prefix_cache import PrefixCache
+    from agentgym_core.policies.sampling import Request
+
+    model, tokenizer = tiny_model
+    policy = HFPolicy(HFPolicyConfig(batching="continuous"), model=model, tokenizer=tokenizer)
+    prompts = [[5, 9, 14, 21, 8], [7, 3, 12]]
+
+    def admitted():
+        decoder = ContinuousDecoder(
+            model, policy.sampler, PrefixCache(), max_batch_size=8, prefix_cache=False,
+            batch_sizes=[],
+        )  # fmt: skip
+        params = [SamplingParams(max_new_tokens=8, seed=40 + i) for i in range(2)]
+        with torch.no_grad():
+            requests = [Request(p, q, None, None) for p, q in zip(prompts, params, strict=True)]
+            decoder._admit(requests)
+        return decoder
+
+    roomy, tight = admitted(), admitted()
+    b = tight.batch
+    assert roomy.batch.capacity > roomy.batch.width
+    squeezed = [(k[:, :, : b.width].clone(), v[:, :, : b.width].clone()) for k, v in b.layers]
+    tight.batch = RunningBatch(b.requests, squeezed, b.attention, b.position, b.pending)
+    width = b.width
+    with torch.no_grad():
+        for _ in range(3):
+            roomy._decode_step()
+            tight._decode_step()
+            assert torch.equal(roomy.batch.pending, tight.batch.pending)
+    assert tight.batch.capacity == 2 * width  # doubled once, at the first step
+    for (k1, _), (k2, _) in zip(roomy.batch.used_layers(), tight.batch.used_layers(), strict=True):
+        torch.testing.assert_close(k1, k2, rtol=0, atol=1e-5)  # wider masks move rounding
+    before = roomy.batch
+    kept = before.keep([1])
+    assert kept.capacity - kept.width == before.capacity - before.width
+    row = before.attention[1].bool()
+    for (k, _), (one, _) in zip(before.used_layers(), kept.used_layers(), strict=True):
+        assert torch.equal(one[0][:, kept.attention[0].bool()], k[1][:, row])
+
+
 def test_shared_rows_pairs_requests_with_one_prompt_and_no_cache():
     from agentgym_core.policies.prefix_cache import shared_rows
 

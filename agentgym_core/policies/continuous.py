@@ -306,7 +306,6 @@ class ContinuousDecoder:
             use_cache=True,
             logits_to_keep=1,
         )
-        del out.past_key_values  # the token's keys are in the batch's buffers
         self.batch_sizes.append(len(batch.requests))
         requests = batch.requests
         for request in requests:

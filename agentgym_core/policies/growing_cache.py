@@ -49,6 +49,8 @@ class GrowingLayer(DynamicLayer):
         """The buffers' dtype; None: the keys' own (module docstring)."""
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
+        self.borrowed = False
+        """The buffers are another's (`over`, `group`): writes must land in them."""
 
     @classmethod
     def zeros(
@@ -101,6 +103,11 @@ class GrowingLayer(DynamicLayer):
         """
         new = key_states.shape[-2]
         fits = self._fits(new)
+        if not fits and self.borrowed:  # new buffers of its own: the owner would never see them
+            raise RuntimeError(
+                f"a borrowed KV buffer has no room for {new} tokens "
+                f"({self.keys.shape[-2]} of {self._key_buffer.shape[-2]} columns written)"
+            )
         if not fits and (not self.is_initialized or self.keys.numel() == 0):  # first tokens
             self.make_room(key_states[..., :0, :], value_states[..., :0, :], new + self.reserve)
         elif not fits:  # out of room: double
@@ -134,6 +141,7 @@ class GrowingLayer(DynamicLayer):
         layer = cls(whole=True, dtype=keys.dtype)
         layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
         layer._key_buffer, layer._value_buffer = keys, values
+        layer.borrowed = True
         layer.keys = keys[..., :filled, :]
         layer.values = values[..., :filled, :]
         return layer

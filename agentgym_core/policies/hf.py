@@ -18,6 +18,7 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -126,7 +127,13 @@ class HFPolicy:
             self._decoder = None
         if self._decoder_thread is not None:
             # waited for: a thread still in torch when the interpreter exits aborts the process
-            self._decoder_thread.join(timeout=60)
+            self._decoder_thread.join(timeout=CLOSE_WAIT_SECONDS)
+            if self._decoder_thread.is_alive():
+                warnings.warn(
+                    f"the hf policy's continuous decoder was still running {CLOSE_WAIT_SECONDS} s "
+                    "after close (its rows finish first); exiting now may abort the process",
+                    stacklevel=2,
+                )
             self._decoder_thread = None
         self._compiled_decode = None  # its buffers: every row's keys and values at capacity
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -394,6 +401,9 @@ class HFPolicy:
             )
         return self._compiled_decode
 
+
+CLOSE_WAIT_SECONDS = 60
+"""How long `close` waits for the continuous decoder to finish its running rows."""
 
 SPLIT_ABOVE_ON_CPU = 32
 """`split_prefill_tokens: auto` on a CPU: what one more group's forward pass costs, in prefill

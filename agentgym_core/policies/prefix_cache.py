@@ -205,7 +205,10 @@ class PrefixCache:
         layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
         attention_row: torch.Tensor,
     ) -> None:
-        """Keep one row's (keys, values), [heads, width, dim]: the columns its mask marks."""
+        """Keep one row's (keys, values), [heads, columns, dim]: the columns its mask marks.
+
+        `columns` may run past the mask (a buffer's free room): only marked ones are kept.
+        """
         width = layers[0][0].shape[1]
         columns = attention_row[:width].nonzero().squeeze(1)
         if len(columns) != len(token_ids):
