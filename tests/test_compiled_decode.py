@@ -48,6 +48,14 @@ def _policy(model, tokenizer, compiled: bool, backend: str | None = "eager") -> 
     )
     policy = HFPolicy(config, model=model, tokenizer=tokenizer)
     policy.compile_backend = backend  # eager: the compiled path without C++ code generation
+    policy.group_counts = []  # prefill groups per batch
+    prefill = policy._prefill
+
+    def counted(pre, sizes, *args):
+        policy.group_counts.append(len(sizes))
+        return prefill(pre, sizes, *args)
+
+    policy._prefill = counted
     return policy
 
 
@@ -65,6 +73,7 @@ def _both(model, tokenizer, backend: str | None) -> tuple[list, list, int]:
     try:
         compiled = _turns(policy, tokenizer)
         capacity = policy._compiled_decode.capacity
+        assert max(policy.group_counts) > 1  # some batch prefilled in groups
     finally:
         policy.close()
     assert policy._compiled_decode is None  # closing frees the buffers

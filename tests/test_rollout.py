@@ -135,30 +135,32 @@ def test_a_groups_shared_prompt_is_prefilled_once_with_the_same_samples(tiny_mod
     engine.close()
 
 
-def test_continuous_admission_prefills_a_shared_prompt_once(tiny_model):
-    """Requests arriving together with one prompt: one prefill row, each request's own draw."""
+def _admitted(tiny_model, prompts, seeds, max_new_tokens):
+    """A continuous decoder of its own that has admitted `prompts` (seeded requests)."""
     from agentgym_core.interfaces import SamplingParams
     from agentgym_core.policies.continuous import ContinuousDecoder
     from agentgym_core.policies.prefix_cache import PrefixCache
-    from agentgym_core.policies.sampling import Request
+    from agentgym_core.policies.sampling import Request, Sampler
 
     model, tokenizer = tiny_model
-    policy = HFPolicy(HFPolicyConfig(batching="continuous"), model=model, tokenizer=tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    sampler = Sampler(ChatFormat(tokenizer, model.generation_config), pad, 0)
+    decoder = ContinuousDecoder(
+        model, sampler, PrefixCache(), max_batch_size=8, prefix_cache=True, batch_sizes=[]
+    )
+    params = [SamplingParams(max_new_tokens=max_new_tokens, seed=seed) for seed in seeds]
+    with torch.no_grad():  # as on the decoder's thread
+        decoder._admit([Request(p, q, None, None) for p, q in zip(prompts, params, strict=True)])
+    return decoder
+
+
+def test_continuous_admission_prefills_a_shared_prompt_once(tiny_model):
+    """Requests arriving together with one prompt: one prefill row, each request's own draw."""
     prompts = [[5, 9, 14, 21, 8], [5, 9, 14, 21, 8], [7, 3, 12], [5, 9, 14, 21, 8]]
 
     def admit(indices):
-        decoder = ContinuousDecoder(
-            model,
-            policy.sampler,
-            PrefixCache(),
-            max_batch_size=8,
-            prefix_cache=True,
-            batch_sizes=[],
-        )
-        params = {i: SamplingParams(max_new_tokens=4, seed=100 + i) for i in indices}
-        with torch.no_grad():  # as on the decoder's thread
-            decoder._admit([Request(prompts[i], params[i], None, None) for i in indices])
-        return decoder
+        chosen = [prompts[i] for i in indices]
+        return _admitted(tiny_model, chosen, [100 + i for i in indices], max_new_tokens=4)
 
     together = admit(range(4))
     assert together.cache.computed_tokens == 5 + 3  # two distinct prompts, not four rows
@@ -176,27 +178,10 @@ def test_a_full_continuous_batch_doubles_its_buffers_and_samples_as_one_with_roo
     """Decode steps write into the batch's free columns; a batch with none left doubles its
     buffers first and samples what a batch with room samples; rows that leave keep the
     room and their columns."""
-    from agentgym_core.interfaces import SamplingParams
-    from agentgym_core.policies.continuous import ContinuousDecoder, RunningBatch
-    from agentgym_core.policies.prefix_cache import PrefixCache
-    from agentgym_core.policies.sampling import Request
+    from agentgym_core.policies.continuous import RunningBatch
 
-    model, tokenizer = tiny_model
-    policy = HFPolicy(HFPolicyConfig(batching="continuous"), model=model, tokenizer=tokenizer)
     prompts = [[5, 9, 14, 21, 8], [7, 3, 12]]
-
-    def admitted():
-        decoder = ContinuousDecoder(
-            model, policy.sampler, PrefixCache(), max_batch_size=8, prefix_cache=False,
-            batch_sizes=[],
-        )  # fmt: skip
-        params = [SamplingParams(max_new_tokens=8, seed=40 + i) for i in range(2)]
-        with torch.no_grad():
-            requests = [Request(p, q, None, None) for p, q in zip(prompts, params, strict=True)]
-            decoder._admit(requests)
-        return decoder
-
-    roomy, tight = admitted(), admitted()
+    roomy, tight = (_admitted(tiny_model, prompts, [40, 41], max_new_tokens=8) for _ in range(2))
     b = tight.batch
     assert roomy.batch.capacity > roomy.batch.width
     squeezed = [(k[:, :, : b.width].clone(), v[:, :, : b.width].clone()) for k, v in b.layers]
@@ -859,6 +844,8 @@ def test_the_prefix_cache_counts_the_padded_positions_a_prefill_runs():
     cache = PrefixCache()
     cache.prefill([[1, 2, 3, 4, 5], [6, 7]], [None, None], pad_id=0)
     assert (cache.computed_tokens, cache.padded_tokens) == (7, 10)  # two rows of five
+    cache.prefill([[1, 2, 3, 4, 5], [6, 7]], [None, None], pad_id=0, groups=[1, 1])
+    assert (cache.computed_tokens, cache.padded_tokens) == (14, 17)  # each to its own tail
 
 
 @pytest.mark.parametrize("split", [0, 1])

@@ -258,6 +258,7 @@ class HFPolicy:
             self.pad_id,
             room,
             self._kv_layout(device) if len(sizes) > 1 else None,
+            sizes,
         )
         del entries  # the sessions' old keys: copied into the batch, freed while it decodes
         prefill_width = pre.attention_mask.shape[1] - room
@@ -340,14 +341,13 @@ class HFPolicy:
         """
         cached_width, new_width = max(pre.reused), pre.input_ids.shape[1]
         split = len(sizes) > 1
-        logits, tails, start = [], [], 0
+        logits, start = [], 0
         for size in sizes:
             rows = slice(start, start + size)
             start += size
-            tail = max(pre.new[rows]) if split else new_width
-            tails.append(tail)
-            first = cached_width - max(pre.reused[rows]) if split else 0
-            cache = pre.cache
+            tail = max(pre.new[rows])
+            first = cached_width - max(pre.reused[rows])
+            cache = pre.cache  # one group: its buffers may still be made at the first write
             if split:
                 filled = cached_width + new_width - tail - first
                 cache = Cache(layers=[layer.group(rows, first, filled) for layer in cache.layers])
@@ -364,9 +364,6 @@ class HFPolicy:
         if split:
             for layer in pre.cache.layers:
                 layer.fill(cached_width + new_width)
-            # the cache counted one group's positions, every row to the longest tail
-            ran = sum(size * tail for size, tail in zip(sizes, tails, strict=True))
-            self.cache.padded_tokens -= len(pre.new) * new_width - ran
         return torch.cat(logits) if len(logits) > 1 else logits[0]
 
     def _kv_layout(self, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:

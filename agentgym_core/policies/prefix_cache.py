@@ -111,13 +111,16 @@ class PrefixCache:
         pad_id: int,
         room: int = 0,
         layout: Sequence[KeysValues] | None = None,
+        groups: Sequence[int] | None = None,
     ) -> Prefill:
         """Batch inputs that run only each prompt's uncached tail; `room`: tokens to decode.
 
         `layout`, each layer's keys and values of no token ([heads, 0, dim]), has the
         buffers made even when no row has a cache, so that groups of rows can prefill
         into them in place (`GrowingLayer.group`); without it such a batch's buffers
-        are made at the prefill's first write.
+        are made at the prefill's first write. `groups`: the sizes of the consecutive row
+        groups the caller prefills one by one, each to its own longest tail (for
+        `padded_tokens`); None: one group.
         """
         reused = [len(e.token_ids) if e else 0 for e in entries]
         new = [list(p[r:]) for p, r in zip(prompts, reused, strict=True)]
@@ -133,7 +136,10 @@ class PrefixCache:
             attention[i, cached_width + new_width - len(tail) : cached_width + new_width] = 1
         self.reused_tokens += sum(reused)
         self.computed_tokens += sum(len(n) for n in new)
-        self.padded_tokens += rows * new_width
+        start = 0
+        for size in groups or [rows]:
+            self.padded_tokens += size * max(len(n) for n in new[start : start + size])
+            start += size
         cache = self._batch_cache(entries, cached_width, new_width, room, layout)
         return Prefill(ids, attention, positions, cache, reused, [len(n) for n in new])
 
